@@ -1,0 +1,23 @@
+//! Generates the etcd v3 wire types. protoc comes from `protoc-bin-vendored`,
+//! so no system package is needed.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY of intent: build scripts are single-threaded; this only affects protoc lookup.
+    std::env::set_var("PROTOC", protoc);
+    let files = [
+        "proto/mvccpb/kv.proto",
+        "proto/authpb/auth.proto",
+        "proto/etcdserverpb/rpc.proto",
+        "proto/v3lockpb/v3lock.proto",
+        "proto/v3electionpb/v3election.proto",
+        "proto/retcdpb/internal.proto",
+    ];
+    for f in files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&files, &["proto"])?;
+    Ok(())
+}
