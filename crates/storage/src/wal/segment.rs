@@ -1,0 +1,122 @@
+//! Segment files on disk: naming, listing, atomic creation, directory fsync.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::{Result, WalError};
+
+const SUFFIX: &str = ".wal";
+const TMP_SUFFIX: &str = ".wal.tmp";
+
+/// A segment file: `{seq:016x}-{first_index:016x}.wal`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SegmentName {
+    /// Position in the sequence of segments; consecutive, starting at 0.
+    pub seq: u64,
+    /// One more than the last entry index saved before this segment was cut:
+    /// every live entry of the previous segments is below it.
+    pub first_index: u64,
+}
+
+impl SegmentName {
+    pub(crate) fn file_name(&self) -> String {
+        format!("{:016x}-{:016x}{SUFFIX}", self.seq, self.first_index)
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<SegmentName> {
+        let stem = name.strip_suffix(SUFFIX)?;
+        let (seq, first) = stem.split_once('-')?;
+        if seq.len() != 16 || first.len() != 16 {
+            return None;
+        }
+        let hex = |s: &str| {
+            if s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                u64::from_str_radix(s, 16).ok()
+            } else {
+                None
+            }
+        };
+        Some(SegmentName {
+            seq: hex(seq)?,
+            first_index: hex(first)?,
+        })
+    }
+}
+
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> WalError {
+    let context = context.into();
+    move |source| WalError::Io { context, source }
+}
+
+/// Segment names in `dir`, sorted by sequence number. A missing directory
+/// is an empty list. Files that merely end in `.wal` are ignored with a
+/// warning.
+pub(crate) fn list(dir: &Path) -> Result<Vec<SegmentName>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(format!("read directory {}", dir.display()))(e)),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(io_err(format!("read directory {}", dir.display())))?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(seg) = SegmentName::parse(name) {
+            out.push(seg);
+        } else if name.ends_with(SUFFIX) {
+            tracing::warn!(file = name, "wal: ignoring file with an unexpected name");
+        }
+    }
+    out.sort_by_key(|s| s.seq);
+    Ok(out)
+}
+
+/// Removes `*.wal.tmp` leftovers of a crash during a segment cut. Such a file
+/// was never renamed into place, so nothing in it was acknowledged.
+pub(crate) fn remove_temp_files(dir: &Path) -> Result<()> {
+    let rd = fs::read_dir(dir).map_err(io_err(format!("read directory {}", dir.display())))?;
+    for ent in rd {
+        let ent = ent.map_err(io_err(format!("read directory {}", dir.display())))?;
+        if ent
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.ends_with(TMP_SUFFIX))
+        {
+            tracing::warn!(file = ?ent.path(), "wal: removing unfinished segment");
+            fs::remove_file(ent.path())
+                .map_err(io_err(format!("remove {}", ent.path().display())))?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(format!("fsync directory {}", dir.display())))
+}
+
+/// Creates segment `name` holding exactly `contents`: written to a temporary
+/// file, fsynced, renamed into place, then the directory is fsynced. A crash
+/// therefore never leaves a visible segment with a partial header. Returns
+/// the open file, positioned at its end, and the number of syncs issued.
+pub(crate) fn create(dir: &Path, name: &SegmentName, contents: &[u8]) -> Result<(File, u64)> {
+    let path: PathBuf = dir.join(name.file_name());
+    let tmp = dir.join(format!("{}.tmp", name.file_name()));
+    let ctx = |what: &str| format!("{what} {}", tmp.display());
+    if tmp.exists() {
+        fs::remove_file(&tmp).map_err(io_err(ctx("remove stale")))?;
+    }
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(io_err(ctx("create")))?;
+    f.write_all(contents).map_err(io_err(ctx("write")))?;
+    f.sync_all().map_err(io_err(ctx("fsync")))?;
+    fs::rename(&tmp, &path).map_err(io_err(format!("rename to {}", path.display())))?;
+    sync_dir(dir)?;
+    Ok((f, 2))
+}

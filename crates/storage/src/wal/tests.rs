@@ -1,0 +1,618 @@
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn ent(index: u64, term: u64) -> WalEntry {
+    WalEntry {
+        index,
+        term,
+        data: format!("entry-{index}-{term}").into_bytes(),
+    }
+}
+
+fn ents(range: std::ops::RangeInclusive<u64>, term: u64) -> Vec<WalEntry> {
+    range.map(|i| ent(i, term)).collect()
+}
+
+fn segment_paths(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn last_segment(dir: &Path) -> PathBuf {
+    segment_paths(dir).pop().unwrap()
+}
+
+fn file_len(p: &Path) -> u64 {
+    fs::metadata(p).unwrap().len()
+}
+
+fn flip_byte(p: &Path, offset: u64) {
+    let mut b = fs::read(p).unwrap();
+    b[offset as usize] ^= 0x5a;
+    fs::write(p, b).unwrap();
+}
+
+fn truncate(p: &Path, len: u64) {
+    OpenOptions::new()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+#[test]
+fn test_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("wal");
+    assert!(!Wal::exists(&d));
+    let w = Wal::create(&d, b"metadata").unwrap();
+    drop(w);
+    assert!(Wal::exists(&d));
+    let paths = segment_paths(&d);
+    assert_eq!(paths.len(), 1);
+    assert!(paths[0].ends_with("0000000000000000-0000000000000000.wal"));
+    let (_, c) = Wal::open(&d).unwrap();
+    assert_eq!(
+        c,
+        WalContents {
+            metadata: b"metadata".to_vec(),
+            ..Default::default()
+        }
+    );
+}
+
+#[test]
+fn test_new_for_inited_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    Wal::create(dir.path(), b"m").unwrap();
+    let err = Wal::create(dir.path(), b"m").unwrap_err();
+    assert!(matches!(err, WalError::AlreadyExists(_)), "{err}");
+    let empty = tempfile::tempdir().unwrap();
+    let err = Wal::open(empty.path()).unwrap_err();
+    assert!(matches!(err, WalError::NotFound(_)), "{err}");
+    assert!(err.to_string().starts_with("wal: "));
+}
+
+#[test]
+fn test_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"cluster-1").unwrap();
+    w.save(Some(b"hs-1"), &ents(1..=5, 1)).unwrap();
+    w.save_snapshot(&WalSnapshot {
+        index: 3,
+        term: 1,
+        payload: b"conf".to_vec(),
+    })
+    .unwrap();
+    w.save(Some(b"hs-2"), &ents(6..=8, 2)).unwrap();
+    w.save(None, &ents(9..=9, 2)).unwrap();
+    drop(w);
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.metadata, b"cluster-1");
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-2"[..]));
+    assert_eq!(
+        c.snapshot,
+        Some(WalSnapshot {
+            index: 3,
+            term: 1,
+            payload: b"conf".to_vec()
+        })
+    );
+    let mut want = ents(4..=5, 1);
+    want.extend(ents(6..=9, 2));
+    assert_eq!(c.entries, want);
+    // Keep appending after recovery.
+    w.save(Some(b"hs-3"), &ents(10..=10, 2)).unwrap();
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries.last(), Some(&ent(10, 2)));
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-3"[..]));
+}
+
+#[test]
+fn test_save_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    let len = file_len(&last_segment(dir.path()));
+    let syncs = w.sync_count();
+    w.save(None, &[]).unwrap();
+    assert_eq!(w.sync_count(), syncs);
+    assert_eq!(file_len(&last_segment(dir.path())), len);
+}
+
+#[test]
+fn test_sync_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    let base = w.sync_count();
+    for i in 1..=10u64 {
+        w.save(Some(b"hs"), &ents(i * 10..=i * 10 + 9, 1)).unwrap();
+        assert_eq!(w.sync_count(), base + i);
+    }
+    w.save(Some(b"hs-only"), &[]).unwrap();
+    assert_eq!(w.sync_count(), base + 11);
+    w.save(None, &ents(200..=200, 1)).unwrap();
+    assert_eq!(w.sync_count(), base + 12);
+}
+
+#[test]
+fn test_overwrite_on_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save(Some(b"t1"), &ents(1..=10, 1)).unwrap();
+    // Leader change: entries from 6 on are replaced by term 2.
+    w.save(Some(b"t2"), &ents(6..=7, 2)).unwrap();
+    // Another change rewrites 7 only.
+    w.save(Some(b"t3"), &ents(7..=8, 3)).unwrap();
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    let mut want = ents(1..=5, 1);
+    want.push(ent(6, 2));
+    want.extend(ents(7..=8, 3));
+    assert_eq!(c.entries, want);
+    assert_eq!(c.hard_state.as_deref(), Some(&b"t3"[..]));
+}
+
+#[test]
+fn test_entries_before_snapshot_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save(None, &ents(1..=10, 1)).unwrap();
+    w.save_snapshot(&WalSnapshot {
+        index: 4,
+        term: 1,
+        payload: vec![],
+    })
+    .unwrap();
+    w.save_snapshot(&WalSnapshot {
+        index: 7,
+        term: 1,
+        payload: vec![1],
+    })
+    .unwrap();
+    drop(w);
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.snapshot.as_ref().map(|s| s.index), Some(7));
+    assert_eq!(c.entries, ents(8..=10, 1));
+    // A snapshot beyond the last entry (installed from the leader) empties the log.
+    w.save_snapshot(&WalSnapshot {
+        index: 50,
+        term: 3,
+        payload: vec![],
+    })
+    .unwrap();
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert!(c.entries.is_empty());
+}
+
+/// Writes 100 entries of ~100 bytes in batches of 5 with 1 KiB segments.
+fn write_cut_log(dir: &Path) -> Wal {
+    let mut w = Wal::create(dir, b"meta").unwrap();
+    w.set_segment_size(1024);
+    for b in 0..20u64 {
+        let batch: Vec<WalEntry> = (b * 5 + 1..=b * 5 + 5)
+            .map(|i| WalEntry {
+                index: i,
+                term: 1,
+                data: vec![i as u8; 100],
+            })
+            .collect();
+        w.save(Some(format!("hs-{b}").as_bytes()), &batch).unwrap();
+    }
+    w
+}
+
+#[test]
+fn test_save_with_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = write_cut_log(dir.path());
+    let paths = segment_paths(dir.path());
+    assert!(
+        paths.len() >= 5,
+        "expected several segments, got {}",
+        paths.len()
+    );
+    for (i, p) in paths.iter().enumerate() {
+        let n = p.file_name().unwrap().to_str().unwrap();
+        let parsed = segment::SegmentName::parse(n).unwrap();
+        assert_eq!(parsed.seq, i as u64);
+    }
+    // A new segment's name carries the index of the next entry.
+    let n1 = segment::SegmentName::parse(paths[1].file_name().unwrap().to_str().unwrap()).unwrap();
+    assert_eq!(n1.first_index % 5, 1);
+    w.save(None, &ents(101..=101, 1)).unwrap();
+    drop(w);
+
+    // test_recover_after_cut
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.metadata, b"meta");
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-19"[..]));
+    assert_eq!(c.entries.len(), 101);
+    assert!(c
+        .entries
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.index == i as u64 + 1));
+    w.set_segment_size(1024);
+    w.save(None, &ents(102..=120, 1)).unwrap();
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries.len(), 120);
+}
+
+#[test]
+fn test_release_lock_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = write_cut_log(dir.path());
+    let before = segment_paths(dir.path()).len();
+    w.save_snapshot(&WalSnapshot {
+        index: 60,
+        term: 1,
+        payload: b"cs".to_vec(),
+    })
+    .unwrap();
+    w.release_to(60).unwrap();
+    let after = segment_paths(dir.path());
+    assert!(after.len() < before, "{} -> {}", before, after.len());
+    // The first remaining segment must still hold entry 61 onwards.
+    w.save(None, &ents(101..=101, 1)).unwrap();
+    drop(w);
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.snapshot.as_ref().map(|s| s.index), Some(60));
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-19"[..]));
+    assert_eq!(c.entries.first().map(|e| e.index), Some(61));
+    assert_eq!(c.entries.last().map(|e| e.index), Some(101));
+    assert_eq!(c.entries.len(), 41);
+    // Never deletes the segment being written.
+    w.release_to(u64::MAX).unwrap();
+    assert!(!segment_paths(dir.path()).is_empty());
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.metadata, b"meta");
+}
+
+#[test]
+fn test_release_keeps_segment_with_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = write_cut_log(dir.path());
+    let before = segment_paths(dir.path()).len();
+    // No snapshot at or below 60 exists, so nothing may go.
+    w.release_to(60).unwrap();
+    assert_eq!(segment_paths(dir.path()).len(), before);
+}
+
+#[test]
+fn test_open_on_torn_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    let mut lens = Vec::new();
+    for i in 1..=10u64 {
+        w.save(Some(format!("hs{i}").as_bytes()), &ents(i..=i, 1))
+            .unwrap();
+        lens.push(file_len(&last_segment(dir.path())));
+    }
+    drop(w);
+    let p = last_segment(dir.path());
+    // Cut in the middle of the 8th save's entry record.
+    truncate(&p, lens[6] + 20);
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries, ents(1..=7, 1));
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs7"[..]));
+    assert_eq!(file_len(&p), lens[6], "torn tail truncated on disk");
+    w.save(Some(b"again"), &ents(8..=9, 2)).unwrap();
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    let mut want = ents(1..=7, 1);
+    want.extend(ents(8..=9, 2));
+    assert_eq!(c.entries, want);
+    assert_eq!(c.hard_state.as_deref(), Some(&b"again"[..]));
+}
+
+#[test]
+fn test_tail_zeros_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save(Some(b"hs"), &ents(1..=5, 1)).unwrap();
+    drop(w);
+    let p = last_segment(dir.path());
+    let len = file_len(&p);
+    for zeros in [3usize, 16, 4096] {
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        std::io::Write::write_all(&mut f, &vec![0u8; zeros]).unwrap();
+        drop(f);
+        let (w, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries, ents(1..=5, 1));
+        assert_eq!(file_len(&p), len);
+        drop(w);
+    }
+    // Last record damaged and followed by zeros: torn, only it is dropped.
+    flip_byte(&p, len - 1);
+    let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+    std::io::Write::write_all(&mut f, &[0u8; 100]).unwrap();
+    drop(f);
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries, ents(1..=5, 1));
+    assert_eq!(
+        c.hard_state, None,
+        "the damaged hard state record was the tail"
+    );
+    w.save(Some(b"hs2"), &ents(6..=6, 1)).unwrap();
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries, ents(1..=6, 1));
+}
+
+#[test]
+fn test_garbage_tail_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save(Some(b"hs"), &ents(1..=5, 1)).unwrap();
+    drop(w);
+    let p = last_segment(dir.path());
+    let len = file_len(&p);
+    // An unfinished write that left a bogus length word and random bytes
+    // (what etcd-style harnesses write to simulate a torn sector).
+    let mut junk = 4096u64.to_le_bytes().to_vec();
+    junk.extend((0..37u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8));
+    let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+    std::io::Write::write_all(&mut f, &junk).unwrap();
+    drop(f);
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries, ents(1..=5, 1));
+    assert_eq!(file_len(&p), len);
+    w.save(None, &ents(6..=6, 1)).unwrap();
+    drop(w);
+    assert_eq!(Wal::open(dir.path()).unwrap().1.entries, ents(1..=6, 1));
+}
+
+#[test]
+fn test_corrupt_middle_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    for i in 1..=20u64 {
+        w.save(None, &ents(i..=i, 1)).unwrap();
+    }
+    drop(w);
+    let p = last_segment(dir.path());
+    let len = file_len(&p);
+    for off in [len / 2, len / 3, len / 2 + 7, len - 60] {
+        let orig = fs::read(&p).unwrap();
+        flip_byte(&p, off);
+        let err = Wal::open(dir.path()).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("wal: ") && msg.contains("crc"),
+            "offset {off}: {msg}"
+        );
+        assert!(
+            msg.contains("0000000000000000-0000000000000000.wal"),
+            "{msg}"
+        );
+        fs::write(&p, orig).unwrap();
+    }
+    assert_eq!(Wal::open(dir.path()).unwrap().1.entries.len(), 20);
+}
+
+#[test]
+fn test_corrupt_non_last_segment_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(write_cut_log(dir.path()));
+    let paths = segment_paths(dir.path());
+    // The very last byte of segment 1: a torn tail if it were the last segment.
+    let p = &paths[1];
+    flip_byte(p, file_len(p) - 1);
+    let err = Wal::open(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("crc"), "{err}");
+    flip_byte(p, file_len(p) - 1);
+    // Truncating a non-last segment is refused too.
+    truncate(p, file_len(p) - 3);
+    let err = Wal::open(dir.path()).unwrap_err();
+    assert!(matches!(err, WalError::UnexpectedEof { .. }), "{err}");
+}
+
+#[test]
+fn test_missing_segment_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(write_cut_log(dir.path()));
+    let paths = segment_paths(dir.path());
+    fs::remove_file(&paths[2]).unwrap();
+    let err = Wal::open(dir.path()).unwrap_err();
+    assert!(matches!(err, WalError::MissingSegment { .. }), "{err}");
+}
+
+#[test]
+fn test_chain_mismatch_refused() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    for (dir, byte) in [(a.path(), 1u8), (b.path(), 2u8)] {
+        let mut w = Wal::create(dir, b"m").unwrap();
+        w.set_segment_size(1);
+        w.save(
+            None,
+            &[WalEntry {
+                index: 1,
+                term: 1,
+                data: vec![byte],
+            }],
+        )
+        .unwrap();
+        w.save(None, &ents(2..=2, 1)).unwrap();
+    }
+    // Same names, different contents of segment 0: segment 1 of b does not
+    // chain onto segment 0 of a.
+    let pa = segment_paths(a.path());
+    let pb = segment_paths(b.path());
+    assert_eq!(pa[1].file_name(), pb[1].file_name());
+    fs::copy(&pb[1], &pa[1]).unwrap();
+    let err = Wal::open(a.path()).unwrap_err();
+    assert!(matches!(err, WalError::ChainMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("crc"), "{err}");
+}
+
+#[test]
+fn test_leftover_tmp_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save(None, &ents(1..=3, 1)).unwrap();
+    drop(w);
+    let tmp = dir.path().join("0000000000000001-0000000000000004.wal.tmp");
+    fs::write(&tmp, b"half a header").unwrap();
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries.len(), 3);
+    assert!(!tmp.exists());
+}
+
+#[derive(Debug, Clone)]
+struct Batch {
+    back: u64,
+    count: u64,
+    data_len: usize,
+    hard_state: Option<Vec<u8>>,
+}
+
+fn batch() -> impl Strategy<Value = Batch> {
+    (
+        0u64..3,
+        0u64..5,
+        0usize..40,
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
+    )
+        .prop_map(|(back, count, data_len, hard_state)| Batch {
+            back,
+            count,
+            data_len,
+            hard_state,
+        })
+}
+
+/// The entries of batch `n`, given the last index before it.
+fn batch_entries(b: &Batch, n: usize, last: u64) -> Vec<WalEntry> {
+    let start = (last + 1).saturating_sub(b.back).max(1);
+    (start..start + b.count)
+        .map(|i| WalEntry {
+            index: i,
+            term: n as u64 + 1,
+            data: vec![i as u8; b.data_len],
+        })
+        .collect()
+}
+
+fn model_apply(log: &mut Vec<WalEntry>, e: &WalEntry) {
+    log.retain(|x| x.index < e.index);
+    log.push(e.clone());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prop_torn_truncation_yields_synced_prefix(
+        batches in proptest::collection::vec(batch(), 1..12),
+        cut in 0.0f64..=1.0,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(dir.path(), b"meta").unwrap();
+        let p = last_segment(dir.path());
+        let header_end = file_len(&p);
+        let mut lens = Vec::new();
+        let mut all = Vec::new();
+        let mut last = 0u64;
+        for (n, b) in batches.iter().enumerate() {
+            let es = batch_entries(b, n, last);
+            if let Some(e) = es.last() { last = e.index; }
+            w.save(b.hard_state.as_deref(), &es).unwrap();
+            lens.push(file_len(&p));
+            all.push(es);
+        }
+        drop(w);
+        let total = file_len(&p);
+        let t = ((total as f64) * cut) as u64;
+        truncate(&p, t);
+        let res = Wal::open(dir.path());
+        if t < header_end {
+            prop_assert!(res.is_err());
+            return Ok(());
+        }
+        let (mut w, c) = res.unwrap();
+        // Saves whose sync completed before the cut are all there.
+        let m = lens.iter().take_while(|&&l| l <= t).count();
+        let mut model = Vec::new();
+        let mut hs = None;
+        for (n, es) in all.iter().take(m).enumerate() {
+            for e in es { model_apply(&mut model, e); }
+            if batches[n].hard_state.is_some() { hs = batches[n].hard_state.clone(); }
+        }
+        prop_assert_eq!(&c.metadata, b"meta");
+        prop_assert_eq!(&c.hard_state, &hs);
+        // Plus possibly a prefix of the save that was torn.
+        let partial = all.get(m).cloned().unwrap_or_default();
+        let mut candidate = model.clone();
+        let mut ok = candidate == c.entries;
+        for e in &partial {
+            model_apply(&mut candidate, e);
+            ok |= candidate == c.entries;
+        }
+        prop_assert!(ok, "replayed {:?}\nmodel {:?}\npartial {:?}", c.entries, model, partial);
+
+        // The repaired log accepts more and replays them.
+        let next = c.entries.last().map_or(1, |e| e.index + 1);
+        w.save(Some(b"after"), &ents(next..=next + 2, 99)).unwrap();
+        drop(w);
+        let (_, c2) = Wal::open(dir.path()).unwrap();
+        prop_assert_eq!(c2.hard_state.as_deref(), Some(&b"after"[..]));
+        let mut want = c.entries.clone();
+        want.extend(ents(next..=next + 2, 99));
+        prop_assert_eq!(c2.entries, want);
+    }
+
+    #[test]
+    fn prop_open_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("0000000000000000-0000000000000000.wal"), &bytes).unwrap();
+        let _ = Wal::open(dir.path());
+    }
+
+    #[test]
+    fn prop_open_mutated_log_never_panics(
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..4),
+        cut in proptest::option::of(any::<prop::sample::Index>()),
+        tail in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(dir.path(), b"meta").unwrap();
+        w.save(Some(b"hs"), &ents(1..=4, 1)).unwrap();
+        w.save_snapshot(&WalSnapshot { index: 2, term: 1, payload: vec![7; 9] }).unwrap();
+        w.save(Some(b"hs2"), &ents(3..=6, 2)).unwrap();
+        drop(w);
+        let p = last_segment(dir.path());
+        let mut b = fs::read(&p).unwrap();
+        for (i, x) in &flips {
+            let at = i.index(b.len());
+            b[at] ^= x;
+        }
+        if let Some(c) = cut {
+            b.truncate(c.index(b.len() + 1));
+        }
+        b.extend_from_slice(&tail);
+        fs::write(&p, &b).unwrap();
+        if let Ok((mut w, c)) = Wal::open(dir.path()) {
+            // Whatever survived must be appendable and replay again.
+            let next = c.entries.last().map_or(7, |e| e.index + 1);
+            w.save(None, &ents(next..=next, 3)).unwrap();
+            drop(w);
+            let (_, c2) = Wal::open(dir.path()).unwrap();
+            prop_assert_eq!(c2.entries.last(), Some(&ent(next, 3)));
+        }
+    }
+}
