@@ -1,0 +1,139 @@
+//! Where the server and client binaries come from.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+/// Which server implementation a [`crate::Cluster`] runs. Both accept etcd's
+/// flags, so the same test drives either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// Real etcd (`$ETCD_BIN`, default `/usr/bin/etcd`): the reference.
+    Etcd,
+    /// retcd (`$RETCD_BIN`, or `<target>/{debug,release}/retcd`, built on demand).
+    Retcd,
+}
+
+impl Flavor {
+    /// `RETCD_TEST_FLAVOR=etcd` → [`Flavor::Etcd`]; otherwise [`Flavor::Retcd`].
+    pub fn from_env() -> Flavor {
+        match std::env::var("RETCD_TEST_FLAVOR") {
+            Ok(v) if v.eq_ignore_ascii_case("etcd") => Flavor::Etcd,
+            _ => Flavor::Retcd,
+        }
+    }
+
+    /// The server binary for this flavour (building retcd if needed).
+    pub fn binary(self) -> PathBuf {
+        match self {
+            Flavor::Etcd => etcd_bin(),
+            Flavor::Retcd => retcd_bin(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Etcd => "etcd",
+            Flavor::Retcd => "retcd",
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() {
+                d
+            } else {
+                workspace_root().join(d)
+            }
+        }
+        None => workspace_root().join("target"),
+    }
+}
+
+fn env_path(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(default))
+}
+
+/// Real etcd: `$ETCD_BIN` or `/usr/bin/etcd`.
+pub fn etcd_bin() -> PathBuf {
+    let p = env_path("ETCD_BIN", "/usr/bin/etcd");
+    assert!(
+        p.exists(),
+        "etcd binary {} not found (install Debian's etcd-server, or set ETCD_BIN)",
+        p.display()
+    );
+    p
+}
+
+/// Real etcdctl: `$ETCDCTL_BIN` or `/usr/bin/etcdctl`.
+pub fn etcdctl_bin() -> PathBuf {
+    let p = env_path("ETCDCTL_BIN", "/usr/bin/etcdctl");
+    assert!(
+        p.exists(),
+        "etcdctl binary {} not found (install Debian's etcd-client, or set ETCDCTL_BIN)",
+        p.display()
+    );
+    p
+}
+
+fn newest_retcd() -> Option<PathBuf> {
+    let t = target_dir();
+    [t.join("debug/retcd"), t.join("release/retcd")]
+        .into_iter()
+        .filter(|p| p.is_file())
+        .max_by_key(|p| {
+            p.metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        })
+}
+
+/// The retcd server binary: `$RETCD_BIN`, else the newer of
+/// `<target>/debug/retcd` and `<target>/release/retcd`; if neither exists,
+/// runs `cargo build -p retcd-server --bin retcd` once per test process
+/// (concurrent test processes are serialised by cargo's own build lock).
+pub fn retcd_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("RETCD_BIN") {
+            let p = PathBuf::from(p);
+            return if p.is_file() {
+                Ok(p)
+            } else {
+                Err(format!("RETCD_BIN={} is not a file", p.display()))
+            };
+        }
+        if let Some(p) = newest_retcd() {
+            return Ok(p);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        eprintln!("retcd binary not found; running cargo build -p retcd-server --bin retcd");
+        let status = Command::new(cargo)
+            .args(["build", "-p", "retcd-server", "--bin", "retcd"])
+            .current_dir(workspace_root())
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "cargo build -p retcd-server --bin retcd failed: {status}"
+            ));
+        }
+        newest_retcd().ok_or_else(|| "cargo build succeeded but no retcd binary found".to_string())
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
+}

@@ -1,0 +1,280 @@
+//! A cluster of N member processes on loopback.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use etcd_client::{Client, ConnectOptions};
+use tempfile::TempDir;
+
+use crate::binaries::Flavor;
+use crate::etcdctl::{etcdctl, etcdctl_with_stdin, Output};
+use crate::ports::free_port;
+use crate::process::Member;
+
+/// How long [`Cluster::start`] waits for every member to serve.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// N members started with etcd's flags, data dirs and logs in one temp dir.
+/// Dropping the cluster SIGKILLs every process it started; when the thread
+/// is panicking it first prints every member's log tail (and keeps the temp
+/// dir when `RETCD_TEST_KEEP=1`).
+pub struct Cluster {
+    pub flavor: Flavor,
+    pub members: Vec<Member>,
+    dir: Option<TempDir>,
+}
+
+impl Cluster {
+    /// Starts `n` members of `flavor` with
+    /// `--name m{i} --data-dir D --listen-client-urls … --advertise-client-urls …
+    /// --listen-peer-urls … --initial-advertise-peer-urls … --initial-cluster …
+    /// --initial-cluster-token T --initial-cluster-state new` plus `extra_flags`,
+    /// and waits (bounded by [`START_TIMEOUT`]) until every member answers
+    /// `Status` and knows a leader.
+    pub async fn start(flavor: Flavor, n: usize, extra_flags: &[&str]) -> Result<Cluster> {
+        let bin = flavor.binary();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("retcd-test-{}-", flavor.name()))
+            .tempdir()
+            .context("create temp dir")?;
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let initial_cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = format!(
+            "tok-{}-{}",
+            std::process::id(),
+            dir.path().file_name().unwrap_or_default().to_string_lossy()
+        );
+        let mut members = Vec::with_capacity(n);
+        for (i, (cport, pport)) in ports.iter().copied().enumerate() {
+            let data_dir = dir.path().join(format!("m{i}.etcd"));
+            let curl = format!("http://127.0.0.1:{cport}");
+            let purl = format!("http://127.0.0.1:{pport}");
+            let mut args: Vec<String> = vec![
+                "--name".into(),
+                format!("m{i}"),
+                "--data-dir".into(),
+                data_dir.display().to_string(),
+                "--listen-client-urls".into(),
+                curl.clone(),
+                "--advertise-client-urls".into(),
+                curl,
+                "--listen-peer-urls".into(),
+                purl.clone(),
+                "--initial-advertise-peer-urls".into(),
+                purl,
+                "--initial-cluster".into(),
+                initial_cluster.clone(),
+                "--initial-cluster-token".into(),
+                token.clone(),
+                "--initial-cluster-state".into(),
+                "new".into(),
+            ];
+            args.extend(extra_flags.iter().map(|s| s.to_string()));
+            let log = dir.path().join(format!("m{i}.log"));
+            members.push(Member::new(
+                format!("m{i}"),
+                cport,
+                pport,
+                bin.clone(),
+                args,
+                data_dir,
+                log,
+            ));
+        }
+        let mut c = Cluster {
+            flavor,
+            members,
+            dir: Some(dir),
+        };
+        for m in c.members.iter_mut() {
+            m.start();
+        }
+        c.wait_all_ready(START_TIMEOUT).await?;
+        Ok(c)
+    }
+
+    /// The temp dir holding data dirs and logs.
+    pub fn dir(&self) -> PathBuf {
+        self.dir
+            .as_ref()
+            .map(|d| d.path().to_path_buf())
+            .unwrap_or_default()
+    }
+
+    /// Every member's client URL.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.endpoint()).collect()
+    }
+
+    /// A client of member `i` alone (1 s connect, 5 s request timeout).
+    pub async fn client(&self, i: usize) -> Result<Client> {
+        connect(&[self.members[i].endpoint()]).await
+    }
+
+    /// A client balanced over the given members.
+    pub async fn client_of(&self, idx: &[usize]) -> Result<Client> {
+        let eps: Vec<String> = idx.iter().map(|&i| self.members[i].endpoint()).collect();
+        connect(&eps).await
+    }
+
+    /// A client balanced over every member.
+    pub async fn client_all(&self) -> Result<Client> {
+        connect(&self.endpoints()).await
+    }
+
+    /// `(member_id, leader_id)` from member `i`'s `Status`.
+    pub async fn status_of(&self, i: usize) -> Result<(u64, u64)> {
+        let mut c = self.client(i).await?;
+        let st = c.status().await?;
+        let id = st.header().map(|h| h.member_id()).unwrap_or(0);
+        Ok((id, st.leader()))
+    }
+
+    /// Waits until member `i` answers `Status` with a non-zero leader.
+    pub async fn wait_member_ready(&mut self, i: usize, timeout: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let res: Result<()> = loop {
+            let attempt: Result<()> = async {
+                if !self.members[i].is_running() {
+                    bail!("{} is not running (exited)", self.members[i].name);
+                }
+                let (_, leader) = self.status_of(i).await?;
+                if leader == 0 {
+                    bail!("{} has no leader yet", self.members[i].name);
+                }
+                Ok(())
+            }
+            .await;
+            match attempt {
+                Ok(()) => break Ok(()),
+                Err(e)
+                    if !self.members[i].is_running() || tokio::time::Instant::now() >= deadline =>
+                {
+                    break Err(e)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        res.map_err(|e| {
+            anyhow!(
+                "{} not ready (waited at most {timeout:?}): {e:#}\n--- log tail of {}:\n{}",
+                self.members[i].name,
+                self.members[i].name,
+                self.members[i].log_tail(4000)
+            )
+        })
+    }
+
+    /// Waits until every running member is ready (see [`Self::wait_member_ready`]).
+    pub async fn wait_all_ready(&mut self, timeout: Duration) -> Result<()> {
+        for i in 0..self.members.len() {
+            self.wait_member_ready(i, timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// Restarts member `i` (same flags and data dir) and waits until it is ready.
+    pub async fn restart_member(&mut self, i: usize, timeout: Duration) -> Result<()> {
+        self.members[i].restart();
+        self.wait_member_ready(i, timeout).await
+    }
+
+    /// Index of the member that a running member (and the leader itself)
+    /// reports as leader: `Status.leader == header.member_id`.
+    pub async fn leader_once(&mut self) -> Result<usize> {
+        let mut ids = Vec::new();
+        for i in 0..self.members.len() {
+            if !self.members[i].is_running() {
+                ids.push(None);
+                continue;
+            }
+            ids.push(self.status_of(i).await.ok());
+        }
+        for (i, st) in ids.iter().enumerate() {
+            if let Some((id, leader)) = st {
+                if *leader != 0 && id == leader {
+                    return Ok(i);
+                }
+            }
+        }
+        bail!("no running member is leader; statuses (member_id, leader): {ids:?}")
+    }
+
+    /// Waits (bounded) until some running member is leader; returns its index.
+    pub async fn leader(&mut self, timeout: Duration) -> Result<usize> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match self.leader_once().await {
+                Ok(i) => return Ok(i),
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(e.context(format!(
+                        "no leader within {timeout:?}\n{}",
+                        self.log_tails(3000)
+                    )))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// `etcdctl` against every member's endpoint.
+    pub fn etcdctl(&self, args: &[&str]) -> Output {
+        etcdctl(&self.endpoints(), args)
+    }
+
+    /// `etcdctl` with `stdin` (e.g. the interactive `txn` form).
+    pub fn etcdctl_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        etcdctl_with_stdin(&self.endpoints(), args, Some(stdin))
+    }
+
+    /// The last `max_bytes` of every member's log, labelled.
+    pub fn log_tails(&self, max_bytes: u64) -> String {
+        let mut s = String::new();
+        for m in &self.members {
+            s.push_str(&format!(
+                "----- {} log tail ({}):\n{}\n",
+                m.name,
+                m.log_path().display(),
+                m.log_tail(max_bytes)
+            ));
+        }
+        s
+    }
+}
+
+/// Connects an etcd-client to `endpoints` (1 s connect, 5 s per request).
+pub async fn connect(endpoints: &[String]) -> Result<Client> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(Duration::from_secs(5));
+    Ok(Client::connect(endpoints, Some(opts)).await?)
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        if panicking {
+            eprintln!(
+                "===== test failed; {} cluster in {}",
+                self.flavor.name(),
+                self.dir().display()
+            );
+            eprintln!("{}", self.log_tails(6000));
+        }
+        for m in self.members.iter_mut() {
+            m.kill();
+        }
+        if panicking && std::env::var("RETCD_TEST_KEEP").is_ok_and(|v| v == "1") {
+            if let Some(d) = self.dir.take() {
+                let p = d.keep();
+                eprintln!("kept {}", p.display());
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Running the real `etcdctl` (v3 API), bounded in time.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::binaries::etcdctl_bin;
+
+/// Hard bound on one etcdctl run; it is SIGKILLed (by PID) after this.
+pub const ETCDCTL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// What an etcdctl run printed and how it exited (`code` is -1 when it was
+/// killed by a signal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+    pub code: i32,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.code == 0
+    }
+}
+
+/// `ETCDCTL_API=3 etcdctl --endpoints=E --dial-timeout=2s --command-timeout=5s ARGS…`
+pub fn etcdctl(endpoints: &[String], args: &[&str]) -> Output {
+    etcdctl_with_stdin(endpoints, args, None)
+}
+
+/// Like [`etcdctl`], feeding `stdin` (e.g. the interactive `txn` form).
+pub fn etcdctl_with_stdin(endpoints: &[String], args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(etcdctl_bin());
+    cmd.env("ETCDCTL_API", "3")
+        .env_remove("ETCDCTL_ENDPOINTS")
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .arg("--dial-timeout=2s")
+        .arg("--command-timeout=5s")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn etcdctl");
+    let pid = child.id();
+    if let Some(input) = stdin {
+        let mut si = child.stdin.take().expect("stdin piped");
+        let input = input.to_string();
+        std::thread::spawn(move || {
+            let _ = si.write_all(input.as_bytes());
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(ETCDCTL_DEADLINE) {
+        Ok(r) => r.expect("wait for etcdctl"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-s", "KILL", &pid.to_string()])
+                .status();
+            let r = rx
+                .recv()
+                .expect("etcdctl waiter")
+                .expect("wait for etcdctl");
+            return Output {
+                stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
+                stderr: format!(
+                    "{}\n(harness: etcdctl {args:?} killed after {ETCDCTL_DEADLINE:?})",
+                    String::from_utf8_lossy(&r.stderr)
+                ),
+                code: -1,
+            };
+        }
+    };
+    Output {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: out.status.code().unwrap_or(-1),
+    }
+}

@@ -1,0 +1,214 @@
+//! 3-member cluster behaviour: agreement of reads on every member, leader
+//! failover, catch-up of a restarted member (by log and by snapshot).
+//! Runs against the selected flavour (`RETCD_TEST_FLAVOR=etcd` for the
+//! real-etcd control).
+
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+use retcd_tests::{bounded, test_flavor, Cluster};
+
+const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
+const LIMIT: Duration = Duration::from_secs(240);
+const READY: Duration = Duration::from_secs(60);
+
+/// (key, value, create_revision, mod_revision, version) of every key under `prefix`.
+type Kvs = Vec<(String, String, i64, i64, i64)>;
+
+async fn read_prefix(
+    c: &mut Client,
+    prefix: &str,
+    serializable: bool,
+) -> anyhow::Result<(i64, Kvs)> {
+    let mut opts = GetOptions::new().with_prefix();
+    if serializable {
+        opts = opts.with_serializable();
+    }
+    let r = c.get(prefix, Some(opts)).await?;
+    let kvs = r
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                String::from_utf8_lossy(kv.value()).into_owned(),
+                kv.create_revision(),
+                kv.mod_revision(),
+                kv.version(),
+            )
+        })
+        .collect();
+    Ok((r.header().map(|h| h.revision()).unwrap_or(-1), kvs))
+}
+
+/// Polls a serializable read of `prefix` on member `i` until it equals
+/// `want` (header revision and kvs), bounded by `timeout`.
+async fn wait_caught_up(c: &Cluster, i: usize, prefix: &str, want: &(i64, Kvs), timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = None;
+    loop {
+        if let Ok(mut cl) = c.client(i).await {
+            match read_prefix(&mut cl, prefix, true).await {
+                Ok(got) if &got == want => return,
+                Ok(got) => last = Some(format!("revision {} with {} keys", got.0, got.1.len())),
+                Err(e) => last = Some(format!("error {e}")),
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "member {i} did not catch up within {timeout:?}: want revision {} with {} keys, last saw {last:?}",
+                want.0,
+                want.1.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Writes through each member; linearizable and serializable reads through
+/// every member give the same keys, values and revisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_reads_agree_on_every_member() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 3, FAST)
+            .await
+            .expect("start cluster");
+        for i in 0..3 {
+            let mut cl = c.client(i).await.expect("connect");
+            for j in 0..5 {
+                cl.put(format!("agree/m{i}/{j}"), format!("v{i}.{j}"), None)
+                    .await
+                    .expect("put");
+            }
+            cl.put("agree/shared", format!("from m{i}"), None)
+                .await
+                .expect("put");
+        }
+        let mut answers = Vec::new();
+        for i in 0..3 {
+            let mut cl = c.client(i).await.expect("connect");
+            // Linearizable first: afterwards the member has applied at least
+            // every write above, so its serializable read must agree too.
+            let lin = read_prefix(&mut cl, "agree/", false)
+                .await
+                .expect("linearizable read");
+            let ser = read_prefix(&mut cl, "agree/", true)
+                .await
+                .expect("serializable read");
+            assert_eq!(lin.1.len(), 16, "member {i}: {lin:?}");
+            assert_eq!(
+                lin, ser,
+                "member {i}: linearizable and serializable reads differ"
+            );
+            answers.push(lin);
+        }
+        assert_eq!(answers[0], answers[1], "members 0 and 1 differ");
+        assert_eq!(answers[0], answers[2], "members 0 and 2 differ");
+        let shared = answers[0]
+            .1
+            .iter()
+            .find(|kv| kv.0 == "agree/shared")
+            .expect("shared key");
+        assert_eq!(shared.1, "from m2");
+        assert_eq!(shared.4, 3, "version of a key written three times");
+        // 18 writes after the initial revision 1.
+        assert_eq!(answers[0].0, 19, "header revision after 18 puts");
+    })
+    .await;
+}
+
+/// SIGKILL the leader: a new leader appears within a few election timeouts,
+/// writes continue, and the old leader restarts and catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_new_leader_elected_old_leader_catches_up() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST)
+            .await
+            .expect("start cluster");
+        let mut cl = c.client_all().await.expect("connect");
+        for j in 0..10 {
+            cl.put(format!("fo/{j}"), "before", None)
+                .await
+                .expect("put");
+        }
+        let old = c.leader(Duration::from_secs(10)).await.expect("leader");
+        c.members[old].kill();
+        // Election timeout is 500 ms: a new leader well within 10 s.
+        let new = c
+            .leader(Duration::from_secs(10))
+            .await
+            .expect("new leader after SIGKILL");
+        assert_ne!(new, old);
+        let survivors: Vec<usize> = (0..3).filter(|&i| i != old).collect();
+        let mut cl = c.client_of(&survivors).await.expect("connect to survivors");
+        for j in 0..20 {
+            let key = format!("fo/after/{j}");
+            // A write may race the election; retry a few times, bounded.
+            retcd_tests::retry_until(Duration::from_secs(10), Duration::from_millis(100), || {
+                let mut cl = cl.clone();
+                let key = key.clone();
+                async move { cl.put(key, "after", None).await }
+            })
+            .await
+            .expect("write after failover");
+        }
+        let want = read_prefix(&mut cl, "fo/", false).await.expect("read");
+        assert_eq!(want.1.len(), 30);
+        c.restart_member(old, READY)
+            .await
+            .expect("restart old leader");
+        wait_caught_up(&c, old, "fo/", &want, Duration::from_secs(30)).await;
+        for &i in &survivors {
+            wait_caught_up(&c, i, "fo/", &want, Duration::from_secs(10)).await;
+        }
+    })
+    .await;
+}
+
+/// Keys written while the follower is down: more than --snapshot-count (100)
+/// and more than etcd's 5000 catch-up entries kept after a snapshot, so the
+/// leader can no longer send the follower the log and must send a snapshot.
+const SNAP_KEYS: usize = 5600;
+
+/// A follower stopped while more than --snapshot-count entries are written
+/// restarts and catches up (through a snapshot: see [`SNAP_KEYS`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_follower_catches_up_after_snapshot() {
+    bounded(LIMIT, async {
+        let flags = [FAST, &["--snapshot-count", "100"]].concat();
+        let mut c = Cluster::start(test_flavor(), 3, &flags)
+            .await
+            .expect("start cluster");
+        let leader = c.leader(Duration::from_secs(10)).await.expect("leader");
+        let follower = (leader + 1) % 3;
+        c.members[follower].stop();
+        let live: Vec<usize> = (0..3).filter(|&i| i != follower).collect();
+        let mut cl = c.client_of(&live).await.expect("connect");
+        let writers: Vec<_> = (0..8)
+            .map(|w| {
+                let mut cl = cl.clone();
+                tokio::spawn(async move {
+                    for j in (w..SNAP_KEYS).step_by(8) {
+                        cl.put(format!("snap/{j:05}"), format!("v{j}"), None)
+                            .await
+                            .expect("put");
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.await.expect("writer");
+        }
+        let want = read_prefix(&mut cl, "snap/", false).await.expect("read");
+        assert_eq!(want.1.len(), SNAP_KEYS);
+        c.restart_member(follower, READY)
+            .await
+            .expect("restart follower");
+        wait_caught_up(&c, follower, "snap/", &want, Duration::from_secs(30)).await;
+        // And it keeps up with new writes.
+        cl.put("snap/zz", "last", None).await.expect("put");
+        let want = read_prefix(&mut cl, "snap/", false).await.expect("read");
+        wait_caught_up(&c, follower, "snap/", &want, Duration::from_secs(10)).await;
+    })
+    .await;
+}
