@@ -18,6 +18,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        .generate_default_stubs(true)
         .compile_protos(&files, &["proto"])?;
+    // Methods a later issue fills in answer UNIMPLEMENTED; say so clearly.
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    for entry in std::fs::read_dir(&out)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path)?;
+            let text = text.replace(
+                "\"Not yet implemented\"",
+                "\"retcd: this method is not implemented yet\"",
+            );
+            std::fs::write(&path, text)?;
+        }
+    }
     Ok(())
 }

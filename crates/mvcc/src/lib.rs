@@ -1,1 +1,101 @@
-//! placeholder
+//! retcd's MVCC store: etcd's `mvcc` package in Rust.
+//!
+//! * [`revision`]: `Revision { main, sub }` and its 17-byte key encoding.
+//! * [`key_index`]: the history of one key in generations.
+//! * [`index`]: the in-memory ordered map of key indexes.
+//! * [`kvstore`]: [`KvStore`], values in the backend's `key` table, reads
+//!   from any thread; [`WriteBatch`] (in `kvstore_txn`) applies writes.
+//!
+//! See [`KvStore`] for the locks and the on-disk format.
+
+pub mod hash;
+pub mod index;
+pub mod key_index;
+pub mod kvstore;
+mod kvstore_compaction;
+mod kvstore_txn;
+mod range;
+pub mod revision;
+
+pub use index::{KeyRange, TreeIndex};
+pub use key_index::{Generation, KeyIndex, RevisionNotFound};
+pub use kvstore::KvStore;
+pub use kvstore_txn::WriteBatch;
+pub use revision::Revision;
+
+/// Tells the store whether a lease exists (implemented by the lessor).
+pub trait LeaseLookup {
+    /// Whether lease `id` is currently granted.
+    fn lease_exists(&self, id: i64) -> bool;
+}
+
+/// A [`LeaseLookup`] for which no lease exists (tests, tools).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoLeases;
+
+impl LeaseLookup for NoLeases {
+    fn lease_exists(&self, _id: i64) -> bool {
+        false
+    }
+}
+
+impl<F: Fn(i64) -> bool> LeaseLookup for F {
+    fn lease_exists(&self, id: i64) -> bool {
+        self(id)
+    }
+}
+
+/// Errors of the MVCC store; the texts are etcd's, byte for byte.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MvccError {
+    /// The requested revision is at or before the compaction.
+    #[error("mvcc: required revision has been compacted")]
+    Compacted,
+    /// The requested revision is after the current revision.
+    #[error("mvcc: required revision is a future revision")]
+    FutureRev,
+    /// A put names a lease that does not exist.
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    /// `ignore_value`/`ignore_lease` on a key that does not exist.
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    /// `ignore_value` together with a value.
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    /// `ignore_lease` together with a lease.
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
+    /// I/O or corruption in the backend (or in a snapshot being restored).
+    #[error("mvcc: backend: {0}")]
+    Backend(String),
+}
+
+impl From<retcd_storage::backend::BackendError> for MvccError {
+    fn from(e: retcd_storage::backend::BackendError) -> Self {
+        MvccError::Backend(e.to_string())
+    }
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for MvccError {
+            fn from(e: $t) -> Self {
+                MvccError::Backend(e.to_string())
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::Error,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+#[cfg(test)]
+mod kvstore_test;
+#[cfg(test)]
+mod model_test;

@@ -1,1 +1,15 @@
-//! placeholder
+//! retcd's server: the raft node, the apply path, the gRPC services and the
+//! HTTP endpoints, configured with etcd's flags.
+
+pub mod apply;
+pub mod config;
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod ids;
+pub mod log;
+pub mod raft_node;
+pub mod raft_storage;
+pub mod run;
+pub mod server;
+pub mod transport;

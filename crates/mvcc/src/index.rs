@@ -1,0 +1,279 @@
+//! `TreeIndex`: the in-memory ordered map from key to [`KeyIndex`].
+//!
+//! Ranges follow etcd's conventions through [`KeyRange`]: an empty
+//! `range_end` names one key, `"\0"` means every key `>= key`, anything else
+//! is the half-open interval `[key, range_end)` (empty if `range_end <= key`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::ops::Bound;
+
+use crate::key_index::{KeyIndex, RevisionNotFound};
+use crate::revision::Revision;
+
+/// Which keys a request names; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRange<'a> {
+    /// Exactly this key.
+    Single(&'a [u8]),
+    /// Every key `>= from`.
+    From(&'a [u8]),
+    /// Every key in `[from, to)`.
+    Between(&'a [u8], &'a [u8]),
+}
+
+impl<'a> KeyRange<'a> {
+    /// Interprets a request's `key` and `range_end` as etcd does.
+    pub fn new(key: &'a [u8], range_end: &'a [u8]) -> KeyRange<'a> {
+        match range_end {
+            [] => KeyRange::Single(key),
+            [0] => KeyRange::From(key),
+            end => KeyRange::Between(key, end),
+        }
+    }
+
+    /// Whether `k` lies in the range.
+    pub fn contains(&self, k: &[u8]) -> bool {
+        match *self {
+            KeyRange::Single(key) => k == key,
+            KeyRange::From(from) => k >= from,
+            KeyRange::Between(from, to) => k >= from && k < to,
+        }
+    }
+}
+
+/// Ordered map key -> [`KeyIndex`].
+#[derive(Clone, Debug, Default)]
+pub struct TreeIndex {
+    tree: BTreeMap<Vec<u8>, KeyIndex>,
+}
+
+impl TreeIndex {
+    /// An empty index.
+    pub fn new() -> TreeIndex {
+        TreeIndex::default()
+    }
+
+    /// Number of keys with a history (live or not yet compacted away).
+    pub fn len(&self) -> usize {
+        self.tree.len()
+    }
+
+    /// Whether no key has a history.
+    pub fn is_empty(&self) -> bool {
+        self.tree.is_empty()
+    }
+
+    /// Records a put of `key` at `rev`.
+    pub fn put(&mut self, key: &[u8], rev: Revision) {
+        self.tree
+            .entry(key.to_vec())
+            .or_insert_with(|| KeyIndex::new(key.to_vec()))
+            .put(rev.main, rev.sub);
+    }
+
+    /// Records a delete of `key` at `rev`; errors if the key is not live.
+    pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> Result<(), RevisionNotFound> {
+        self.tree
+            .get_mut(key)
+            .ok_or(RevisionNotFound)?
+            .tombstone(rev.main, rev.sub)
+    }
+
+    /// `key` as of `at_rev`: `(modified, created, version)`.
+    pub fn get(
+        &self,
+        key: &[u8],
+        at_rev: i64,
+    ) -> Result<(Revision, Revision, i64), RevisionNotFound> {
+        self.tree.get(key).ok_or(RevisionNotFound)?.get(at_rev)
+    }
+
+    /// The key index of `key`, if any.
+    pub fn key_index(&self, key: &[u8]) -> Option<&KeyIndex> {
+        self.tree.get(key)
+    }
+
+    /// Mutable access for rebuilding from the backend.
+    pub(crate) fn key_index_entry(&mut self, key: &[u8]) -> &mut KeyIndex {
+        self.tree
+            .entry(key.to_vec())
+            .or_insert_with(|| KeyIndex::new(key.to_vec()))
+    }
+
+    fn visit<'a>(&'a self, range: KeyRange<'_>) -> Box<dyn Iterator<Item = &'a KeyIndex> + 'a> {
+        match range {
+            KeyRange::Single(key) => Box::new(self.tree.get(key).into_iter()),
+            KeyRange::From(from) => Box::new(
+                self.tree
+                    .range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
+                    .map(|(_, v)| v),
+            ),
+            KeyRange::Between(from, to) if from < to => Box::new(
+                self.tree
+                    .range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)))
+                    .map(|(_, v)| v),
+            ),
+            KeyRange::Between(..) => Box::new(std::iter::empty()),
+        }
+    }
+
+    /// Keys live at `at_rev` in `range`, in key order, with their revision.
+    pub fn range(&self, range: KeyRange<'_>, at_rev: i64) -> Vec<(Vec<u8>, Revision)> {
+        self.visit(range)
+            .filter_map(|ki| ki.get(at_rev).ok().map(|(m, _, _)| (ki.key.clone(), m)))
+            .collect()
+    }
+
+    /// Revisions of the keys live at `at_rev` in `range`, in key order.
+    pub fn revisions(&self, range: KeyRange<'_>, at_rev: i64) -> Vec<Revision> {
+        self.visit(range)
+            .filter_map(|ki| ki.get(at_rev).ok().map(|(m, _, _)| m))
+            .collect()
+    }
+
+    /// Number of keys live at `at_rev` in `range`.
+    pub fn count_revisions(&self, range: KeyRange<'_>, at_rev: i64) -> usize {
+        self.visit(range)
+            .filter(|ki| ki.get(at_rev).is_ok())
+            .count()
+    }
+
+    /// Revisions since `rev` of the keys in `range` (for watch catch-up),
+    /// ordered by revision.
+    pub fn range_since(&self, range: KeyRange<'_>, rev: i64) -> Vec<Revision> {
+        let mut revs: Vec<Revision> = self.visit(range).flat_map(|ki| ki.since(rev)).collect();
+        revs.sort();
+        revs
+    }
+
+    /// Compacts every key at `rev`, dropping keys left empty; returns the
+    /// revisions `<= rev` that must stay in the backend.
+    pub fn compact(&mut self, rev: i64) -> HashSet<Revision> {
+        let mut available = HashSet::new();
+        self.tree.retain(|_, ki| {
+            ki.compact(rev, &mut available);
+            !ki.is_empty()
+        });
+        available
+    }
+
+    /// What `compact(rev)` would return, without changing anything.
+    pub fn keep(&self, rev: i64) -> HashSet<Revision> {
+        let mut available = HashSet::new();
+        for ki in self.tree.values() {
+            ki.keep(rev, &mut available);
+        }
+        available
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(main: i64) -> Revision {
+        Revision::new(main, 0)
+    }
+
+    #[test]
+    fn test_index_get() {
+        let mut ti = TreeIndex::new();
+        ti.put(b"foo", r(2));
+        ti.put(b"foo", r(4));
+        ti.tombstone(b"foo", r(6)).unwrap();
+        assert_eq!(ti.get(b"foo", 0), Err(RevisionNotFound));
+        assert_eq!(ti.get(b"foo", 1), Err(RevisionNotFound));
+        assert_eq!(ti.get(b"foo", 2), Ok((r(2), r(2), 1)));
+        assert_eq!(ti.get(b"foo", 3), Ok((r(2), r(2), 1)));
+        assert_eq!(ti.get(b"foo", 4), Ok((r(4), r(2), 2)));
+        assert_eq!(ti.get(b"foo", 5), Ok((r(4), r(2), 2)));
+        assert_eq!(ti.get(b"foo", 6), Err(RevisionNotFound));
+    }
+
+    #[test]
+    fn test_index_range() {
+        let mut ti = TreeIndex::new();
+        let keys: [&[u8]; 3] = [b"foo", b"foo1", b"foo2"];
+        for (i, k) in keys.iter().enumerate() {
+            ti.put(k, r(i as i64 + 1));
+        }
+        let at = 6;
+        let cases: Vec<(KeyRange, Vec<&[u8]>)> = vec![
+            (KeyRange::new(b"foo", b""), vec![b"foo"]),
+            (KeyRange::new(b"doo", b""), vec![]),
+            (KeyRange::new(b"foo", b"foo1"), vec![b"foo"]),
+            (KeyRange::new(b"foo", b"foo2"), vec![b"foo", b"foo1"]),
+            (
+                KeyRange::new(b"foo", b"fop"),
+                vec![b"foo", b"foo1", b"foo2"],
+            ),
+            (KeyRange::new(b"foo1", b"fop"), vec![b"foo1", b"foo2"]),
+            (KeyRange::new(b"foo1", b"\0"), vec![b"foo1", b"foo2"]),
+            (KeyRange::new(b"\0", b"\0"), vec![b"foo", b"foo1", b"foo2"]),
+            (KeyRange::new(b"foo3", b"fop"), vec![]),
+            (KeyRange::new(b"fop", b"foo"), vec![]),
+        ];
+        for (range, want) in cases {
+            let got: Vec<Vec<u8>> = ti.range(range, at).into_iter().map(|(k, _)| k).collect();
+            let want: Vec<Vec<u8>> = want.into_iter().map(|k| k.to_vec()).collect();
+            assert_eq!(got, want, "{range:?}");
+            assert_eq!(ti.count_revisions(range, at), want.len());
+            assert_eq!(ti.revisions(range, at).len(), want.len());
+        }
+        // at rev 2 only foo and foo1 existed
+        assert_eq!(ti.count_revisions(KeyRange::new(b"\0", b"\0"), 2), 2);
+    }
+
+    #[test]
+    fn test_index_tombstone() {
+        let mut ti = TreeIndex::new();
+        ti.put(b"foo", r(1));
+        ti.tombstone(b"foo", r(2)).unwrap();
+        assert_eq!(ti.get(b"foo", 2), Err(RevisionNotFound));
+        assert_eq!(ti.tombstone(b"foo", r(3)), Err(RevisionNotFound));
+        assert_eq!(ti.tombstone(b"bar", r(3)), Err(RevisionNotFound));
+    }
+
+    #[test]
+    fn test_index_range_since() {
+        let mut ti = TreeIndex::new();
+        ti.put(b"foo", r(1));
+        ti.put(b"foo1", r(2));
+        ti.put(b"foo", r(3));
+        ti.tombstone(b"foo1", r(4)).unwrap();
+        assert_eq!(
+            ti.range_since(KeyRange::new(b"foo", b"fop"), 2),
+            vec![r(2), r(3), r(4)]
+        );
+        assert_eq!(
+            ti.range_since(KeyRange::new(b"foo", b""), 0),
+            vec![r(1), r(3)]
+        );
+    }
+
+    #[test]
+    fn test_index_compact_and_keep() {
+        let mut ti = TreeIndex::new();
+        ti.put(b"foo", r(1));
+        ti.put(b"foo1", r(2));
+        ti.put(b"foo", Revision::new(3, 0));
+        ti.put(b"foo2", Revision::new(3, 1));
+        ti.tombstone(b"foo1", r(4)).unwrap();
+        ti.put(b"foo", r(5));
+        for rev in 1..=6 {
+            let kept = ti.keep(rev);
+            let mut clone = ti.clone();
+            assert_eq!(clone.compact(rev), kept, "rev {rev}");
+        }
+        let kept = ti.compact(4);
+        let want: HashSet<Revision> = [Revision::new(3, 0), Revision::new(3, 1)]
+            .into_iter()
+            .collect();
+        assert_eq!(kept, want);
+        assert!(
+            ti.key_index(b"foo1").is_none(),
+            "a key deleted at or before the compaction goes"
+        );
+        assert_eq!(ti.len(), 2);
+    }
+}

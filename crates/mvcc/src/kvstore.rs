@@ -1,0 +1,373 @@
+//! [`KvStore`]: the MVCC key-value store over the backend.
+//!
+//! # On-disk format (backend table `key`, etcd's `key` bucket)
+//!
+//! ```text
+//! key:   revision bytes  main(8, BE) '_' sub(8, BE) [ 't' if a tombstone ]
+//! value: prost-encoded mvccpb.KeyValue; a tombstone stores only `key`
+//! ```
+//!
+//! Table `meta` holds `consistent_index` and `term` (u64, 8 bytes BE) and
+//! `scheduledCompactRev` / `finishedCompactRev` (17-byte revision bytes of
+//! `(rev, 0)`). Both compaction keys are written in the same commit as the
+//! compaction itself, so they are always equal.
+//!
+//! # Threads, locks and visibility
+//!
+//! One thread (raft apply) writes through a [`WriteBatch`]; any thread reads.
+//!
+//! * `batch_lock` (Mutex): at most one `WriteBatch` (or `restore_from`) at a
+//!   time. Taken first.
+//! * `index` (RwLock<TreeIndex>): the in-memory key index. The batch adds
+//!   its revisions to it as it goes; they are above the published revision,
+//!   so readers, which always ask for revisions `<= published`, do not see
+//!   them. Index *compaction* is deferred to commit. Taken second.
+//! * `published` (RwLock<Published>): the committed state readers use —
+//!   current and compaction revisions, consistent index, and a redb read
+//!   transaction opened right after the commit that produced them. Taken
+//!   last, and only briefly (clone out).
+//!
+//! A commit: redb commit → open a read transaction → lock `index` (write)
+//! → apply pending index compactions → lock `published` (write) → swap. A
+//! reader locks `index` (read), clones `published`, collects revisions,
+//! unlocks, then reads values from its own snapshot; the pair (index view,
+//! snapshot) is therefore always from the same commit. A batch dropped
+//! without commit rebuilds the index from the published snapshot.
+
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use prost::Message;
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
+use retcd_api::mvccpb::KeyValue;
+use retcd_storage::backend::{commit_with, Backend, CommitPolicy, KEY, META};
+
+use crate::index::TreeIndex;
+use crate::kvstore_txn::WriteBatch;
+use crate::range;
+use crate::revision::Revision;
+use crate::MvccError;
+
+/// META key of the consistent (raft) index.
+pub const CONSISTENT_INDEX_KEY: &str = "consistent_index";
+/// META key of the raft term of the consistent index.
+pub const TERM_KEY: &str = "term";
+/// META key of the scheduled compaction revision.
+pub const SCHEDULED_COMPACT_KEY: &str = "scheduledCompactRev";
+/// META key of the finished compaction revision.
+pub const FINISHED_COMPACT_KEY: &str = "finishedCompactRev";
+
+/// The committed state readers see; see the module documentation.
+#[derive(Clone)]
+pub(crate) struct Published {
+    /// Current store revision (1 for an empty store, as in etcd).
+    pub(crate) rev: i64,
+    /// Finished compaction revision, -1 if never compacted (etcd's value).
+    pub(crate) compact_rev: i64,
+    pub(crate) consistent_index: u64,
+    pub(crate) term: u64,
+    pub(crate) snapshot: Arc<ReadTransaction>,
+}
+
+/// What [`load`] reads back from the backend.
+pub(crate) struct Loaded {
+    pub(crate) index: TreeIndex,
+    pub(crate) rev: i64,
+    pub(crate) compact_rev: i64,
+    pub(crate) consistent_index: u64,
+    pub(crate) term: u64,
+}
+
+/// The MVCC store; share it as `Arc<KvStore>`.
+pub struct KvStore {
+    pub(crate) backend: Arc<Backend>,
+    pub(crate) batch_lock: Mutex<()>,
+    pub(crate) index: RwLock<TreeIndex>,
+    pub(crate) published: RwLock<Published>,
+}
+
+impl std::fmt::Debug for KvStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = self.published.read();
+        f.debug_struct("KvStore")
+            .field("rev", &p.rev)
+            .field("compact_rev", &p.compact_rev)
+            .field("consistent_index", &p.consistent_index)
+            .finish()
+    }
+}
+
+fn meta_u64(b: &[u8]) -> Result<u64, MvccError> {
+    Ok(u64::from_be_bytes(b.try_into().map_err(|_| {
+        MvccError::Backend(format!("invalid u64 in meta: {b:?}"))
+    })?))
+}
+
+/// Rebuilds the index and reads the revisions from a committed snapshot,
+/// as etcd's `restore`: scan `key` in revision order; a tombstone ends the
+/// key's generation; the first surviving revision of a generation restores
+/// it from the stored create revision and version.
+pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
+    let meta = txn.open_table(META)?;
+    let get = |name: &str| -> Result<Option<Vec<u8>>, MvccError> {
+        Ok(meta.get(name)?.map(|v| v.value().to_vec()))
+    };
+    let compact_rev = match get(FINISHED_COMPACT_KEY)? {
+        Some(b) => {
+            Revision::parse(&b)
+                .ok_or_else(|| MvccError::Backend("invalid finishedCompactRev".into()))?
+                .0
+                .main
+        }
+        None => -1,
+    };
+    let consistent_index = get(CONSISTENT_INDEX_KEY)?
+        .map(|b| meta_u64(&b))
+        .transpose()?
+        .unwrap_or(0);
+    let term = get(TERM_KEY)?
+        .map(|b| meta_u64(&b))
+        .transpose()?
+        .unwrap_or(0);
+
+    let mut index = TreeIndex::new();
+    let mut rev = 1;
+    let table = txn.open_table(KEY)?;
+    for entry in table.iter()? {
+        let (k, v) = entry?;
+        let (r, tombstone) = Revision::parse(k.value())
+            .ok_or_else(|| MvccError::Backend(format!("invalid revision key {:?}", k.value())))?;
+        let kv = KeyValue::decode(v.value())
+            .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {r}: {e}")))?;
+        rev = r.main;
+        let ki = index.key_index_entry(&kv.key);
+        if tombstone {
+            if ki.tombstone(r.main, r.sub).is_err() {
+                tracing::warn!(key = ?kv.key, rev = %r, "mvcc: tombstone of a key with no live generation");
+            }
+        } else if ki.generations.is_empty() {
+            ki.restore(Revision::new(kv.create_revision, 0), r, kv.version);
+        } else {
+            ki.put(r.main, r.sub);
+        }
+    }
+    if rev < compact_rev {
+        rev = compact_rev;
+    }
+    Ok(Loaded {
+        index,
+        rev,
+        compact_rev,
+        consistent_index,
+        term,
+    })
+}
+
+impl KvStore {
+    /// Opens the store over `backend`, rebuilding the index from `key`.
+    pub fn open(backend: Arc<Backend>) -> Result<KvStore, MvccError> {
+        let snapshot = backend.db().begin_read()?;
+        let l = load(&snapshot)?;
+        tracing::info!(
+            rev = l.rev,
+            compact_rev = l.compact_rev,
+            keys = l.index.len(),
+            "mvcc: restored store"
+        );
+        Ok(KvStore {
+            backend,
+            batch_lock: Mutex::new(()),
+            index: RwLock::new(l.index),
+            published: RwLock::new(Published {
+                rev: l.rev,
+                compact_rev: l.compact_rev,
+                consistent_index: l.consistent_index,
+                term: l.term,
+                snapshot: Arc::new(snapshot),
+            }),
+        })
+    }
+
+    /// The backend this store lives in.
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.backend
+    }
+
+    /// A Range over the committed state. The response carries a header with
+    /// only `revision` set (the current revision), for the server to fill in.
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        let (plan, snapshot) = {
+            let index = self.index.read();
+            let p = self.published.read().clone();
+            (range::plan(&index, req, p.rev, p.compact_rev)?, p.snapshot)
+        };
+        let table = snapshot.open_table(KEY)?;
+        range::fetch(&table, req, plan)
+    }
+
+    /// The revision of the last committed change (1 for an empty store).
+    pub fn current_revision(&self) -> i64 {
+        self.published.read().rev
+    }
+
+    /// The finished compaction revision, 0 if the store was never compacted.
+    pub fn compact_revision(&self) -> i64 {
+        self.published.read().compact_rev.max(0)
+    }
+
+    /// The last raft index whose effects are committed (from `meta`).
+    pub fn consistent_index(&self) -> u64 {
+        self.published.read().consistent_index
+    }
+
+    /// The raft term stored with the consistent index.
+    pub fn term(&self) -> u64 {
+        self.published.read().term
+    }
+
+    /// Number of revisions (puts and tombstones) in the `key` table.
+    pub fn revision_count(&self) -> Result<u64, MvccError> {
+        let snapshot = self.published.read().snapshot.clone();
+        Ok(snapshot.open_table(KEY)?.len()?)
+    }
+
+    /// Starts the write batch. Blocks while another batch is open.
+    pub fn begin_batch(&self) -> Result<WriteBatch<'_>, MvccError> {
+        WriteBatch::begin(self)
+    }
+
+    /// Publishes a new committed state (called with the batch lock held).
+    pub(crate) fn publish(
+        &self,
+        compactions: &[i64],
+        update: impl FnOnce(&mut Published),
+    ) -> Result<(), MvccError> {
+        let snapshot = Arc::new(self.backend.db().begin_read()?);
+        let mut index = self.index.write();
+        for &rev in compactions {
+            index.compact(rev);
+        }
+        let mut p = self.published.write();
+        update(&mut p);
+        p.snapshot = snapshot;
+        Ok(())
+    }
+
+    /// Replaces the index with the one in the published snapshot (after an
+    /// aborted batch).
+    pub(crate) fn reload_index(&self) {
+        let snapshot = self.published.read().snapshot.clone();
+        match load(&snapshot) {
+            Ok(l) => *self.index.write() = l.index,
+            Err(e) => panic!("mvcc: cannot rebuild the index after an aborted batch: {e}"),
+        }
+    }
+
+    /// Serializes the committed `key` and `meta` tables.
+    ///
+    /// Format: `b"RETCDMVCC1"`, then records `table(u8: 1 key, 2 meta)
+    /// klen(u32 BE) k vlen(u32 BE) v`, then a `0` byte, then the CRC-32C
+    /// (u32 BE) of everything before it.
+    pub fn dump(&self) -> Result<Vec<u8>, MvccError> {
+        let snapshot = self.published.read().snapshot.clone();
+        let mut out = DUMP_MAGIC.to_vec();
+        fn record(out: &mut Vec<u8>, table: u8, k: &[u8], v: &[u8]) {
+            out.push(table);
+            out.extend_from_slice(&(k.len() as u32).to_be_bytes());
+            out.extend_from_slice(k);
+            out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+            out.extend_from_slice(v);
+        }
+        for entry in snapshot.open_table(KEY)?.iter()? {
+            let (k, v) = entry?;
+            record(&mut out, 1, k.value(), v.value());
+        }
+        for entry in snapshot.open_table(META)?.iter()? {
+            let (k, v) = entry?;
+            record(&mut out, 2, k.value().as_bytes(), v.value());
+        }
+        out.push(0);
+        let crc = crate::hash::Crc32c::checksum(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        Ok(out)
+    }
+
+    /// Replaces the `key` and `meta` tables with a [`KvStore::dump`], durably,
+    /// and rebuilds the index. Waits for the open batch, if any.
+    pub fn restore_from(&self, snapshot: &[u8]) -> Result<(), MvccError> {
+        let records = parse_dump(snapshot)?;
+        let _guard = self.batch_lock.lock();
+        let txn = self.backend.db().begin_write()?;
+        txn.delete_table(KEY)?;
+        txn.delete_table(META)?;
+        {
+            let mut key = txn.open_table(KEY)?;
+            let mut meta = txn.open_table(META)?;
+            for (table, k, v) in &records {
+                if *table == 1 {
+                    key.insert(*k, *v)?;
+                } else {
+                    let name = std::str::from_utf8(k)
+                        .map_err(|_| MvccError::Backend("invalid meta key in snapshot".into()))?;
+                    meta.insert(name, *v)?;
+                }
+            }
+        }
+        commit_with(txn, CommitPolicy::Durable)?;
+        let snapshot = Arc::new(self.backend.db().begin_read()?);
+        let l = load(&snapshot)?;
+        let mut index = self.index.write();
+        *index = l.index;
+        *self.published.write() = Published {
+            rev: l.rev,
+            compact_rev: l.compact_rev,
+            consistent_index: l.consistent_index,
+            term: l.term,
+            snapshot,
+        };
+        Ok(())
+    }
+}
+
+const DUMP_MAGIC: &[u8] = b"RETCDMVCC1";
+
+type DumpRecord<'a> = (u8, &'a [u8], &'a [u8]);
+
+fn parse_dump(data: &[u8]) -> Result<Vec<DumpRecord<'_>>, MvccError> {
+    let bad = |what: &str| MvccError::Backend(format!("invalid snapshot: {what}"));
+    if data.len() < DUMP_MAGIC.len() + 5 || !data.starts_with(DUMP_MAGIC) {
+        return Err(bad("bad header"));
+    }
+    let (body, crc) = data.split_at(data.len() - 4);
+    if crate::hash::Crc32c::checksum(body) != u32::from_be_bytes(crc.try_into().expect("4 bytes")) {
+        return Err(bad("checksum mismatch"));
+    }
+    let mut rest = &body[DUMP_MAGIC.len()..];
+    let mut records = Vec::new();
+    fn take<'d>(rest: &mut &'d [u8]) -> Result<&'d [u8], MvccError> {
+        if rest.len() < 4 {
+            return Err(MvccError::Backend("invalid snapshot: truncated".into()));
+        }
+        let n = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+        if rest.len() < 4 + n {
+            return Err(MvccError::Backend("invalid snapshot: truncated".into()));
+        }
+        let (v, r) = rest[4..].split_at(n);
+        *rest = r;
+        Ok(v)
+    }
+    loop {
+        let (&table, r) = rest.split_first().ok_or_else(|| bad("truncated"))?;
+        rest = r;
+        match table {
+            0 if rest.is_empty() => return Ok(records),
+            1 | 2 => {
+                let k = take(&mut rest)?;
+                let v = take(&mut rest)?;
+                records.push((table, k, v));
+            }
+            _ => return Err(bad("unknown record")),
+        }
+    }
+}

@@ -1,0 +1,619 @@
+//! [`WriteBatch`]: the one write transaction of the store, as etcd's
+//! `storeTxnWrite` plus the put/delete/txn logic of `applierV3backend`.
+//!
+//! A batch spans many operations (raft entries) and one redb write
+//! transaction. Each operation that changes something gets the next main
+//! revision; the changes inside it are numbered by `sub`:
+//!
+//! ```text
+//! store at rev 5
+//! put a          -> 6.0                 response revision 6
+//! delete x..y    -> deletes nothing     response revision 6 (no bump)
+//! txn {put b; delete a; range a} -> 7.0 (b), 7.1 (a tombstone); the range
+//!                   sees rev 7 and finds no `a`; response revision 7
+//! txn {range b}  -> read-only           response revision 7
+//! commit         -> readers now see rev 7
+//! ```
+
+use prost::Message;
+use redb::WriteTransaction;
+use retcd_api::etcdserverpb::{
+    compare, request_op, response_op, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+};
+use retcd_api::mvccpb::{event::EventType, Event, KeyValue};
+use retcd_storage::backend::{commit_with, CommitPolicy, KEY, META};
+
+use crate::index::KeyRange;
+use crate::kvstore::{KvStore, CONSISTENT_INDEX_KEY, TERM_KEY};
+use crate::range;
+use crate::revision::Revision;
+use crate::{LeaseLookup, MvccError};
+
+fn header(revision: i64) -> Option<ResponseHeader> {
+    Some(ResponseHeader {
+        revision,
+        ..Default::default()
+    })
+}
+
+/// One operation (put, delete range or txn) inside the batch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Op {
+    /// Store revision before the operation.
+    begin_rev: i64,
+    /// Changes made so far; the next change's `sub`.
+    changes: i64,
+}
+
+impl Op {
+    fn write_rev(&self) -> i64 {
+        self.begin_rev + 1
+    }
+    /// The revision the operation's reads see: its own changes included.
+    fn read_rev(&self) -> i64 {
+        if self.changes > 0 {
+            self.begin_rev + 1
+        } else {
+            self.begin_rev
+        }
+    }
+}
+
+/// The outcome of a txn's compares: which branch runs, and the same for
+/// every nested txn of that branch, in order.
+#[derive(Debug)]
+struct TxnPath {
+    succeeded: bool,
+    nested: Vec<TxnPath>,
+}
+
+/// The open write transaction; see the module documentation. Dropping it
+/// without [`WriteBatch::commit`] discards every change.
+pub struct WriteBatch<'a> {
+    pub(crate) store: &'a KvStore,
+    _guard: parking_lot::MutexGuard<'a, ()>,
+    pub(crate) txn: Option<WriteTransaction>,
+    /// Store revision including this batch's operations.
+    pub(crate) rev: i64,
+    /// Compaction revision including this batch's compactions (-1: none).
+    pub(crate) compact_rev: i64,
+    /// Index compactions to apply when the batch commits.
+    pub(crate) pending_compactions: Vec<i64>,
+    consistent: Option<(u64, u64)>,
+    events: Vec<(i64, Event)>,
+    /// The index holds revisions of this batch (undo on drop).
+    pub(crate) index_dirty: bool,
+    committed: bool,
+}
+
+impl<'a> WriteBatch<'a> {
+    pub(crate) fn begin(store: &'a KvStore) -> Result<WriteBatch<'a>, MvccError> {
+        let guard = store.batch_lock.lock();
+        let txn = store.backend.db().begin_write()?;
+        let (rev, compact_rev) = {
+            let p = store.published.read();
+            (p.rev, p.compact_rev)
+        };
+        Ok(WriteBatch {
+            store,
+            _guard: guard,
+            txn: Some(txn),
+            rev,
+            compact_rev,
+            pending_compactions: Vec::new(),
+            consistent: None,
+            events: Vec::new(),
+            index_dirty: false,
+            committed: false,
+        })
+    }
+
+    pub(crate) fn wtxn(&self) -> &WriteTransaction {
+        self.txn
+            .as_ref()
+            .expect("write transaction present until commit")
+    }
+
+    /// The store revision as this batch sees it.
+    pub fn revision(&self) -> i64 {
+        self.rev
+    }
+
+    fn finish(&mut self, op: Op) {
+        if op.changes > 0 {
+            self.rev += 1;
+        }
+    }
+
+    /// A Range that sees this batch's writes.
+    pub fn range(&mut self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        let op = Op {
+            begin_rev: self.rev,
+            changes: 0,
+        };
+        self.range_in(&op, req)
+    }
+
+    fn range_in(&self, op: &Op, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        let plan = {
+            let index = self.store.index.read();
+            range::plan(&index, req, op.read_rev(), self.compact_rev)?
+        };
+        let table = self.wtxn().open_table(KEY)?;
+        range::fetch(&table, req, plan)
+    }
+
+    /// The live value of `key` as `op` sees it.
+    fn get_kv(&self, op: &Op, key: &[u8]) -> Result<Option<KeyValue>, MvccError> {
+        let found = self.store.index.read().get(key, op.read_rev());
+        match found {
+            Ok((modified, _, _)) => Ok(Some(range::read_kv(
+                &self.wtxn().open_table(KEY)?,
+                modified,
+            )?)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Request checks etcd's gRPC layer makes (`checkPutRequest`).
+    fn check_put_request(req: &PutRequest) -> Result<(), MvccError> {
+        if req.ignore_value && !req.value.is_empty() {
+            return Err(MvccError::ValueProvided);
+        }
+        if req.ignore_lease && req.lease != 0 {
+            return Err(MvccError::LeaseProvided);
+        }
+        Ok(())
+    }
+
+    /// Put; see etcd's `applierV3backend.Put`.
+    pub fn put(
+        &mut self,
+        req: &PutRequest,
+        leases: &dyn LeaseLookup,
+    ) -> Result<PutResponse, MvccError> {
+        Self::check_put_request(req)?;
+        if req.lease != 0 && !leases.lease_exists(req.lease) {
+            return Err(MvccError::LeaseNotFound);
+        }
+        let mut op = Op {
+            begin_rev: self.rev,
+            changes: 0,
+        };
+        if (req.ignore_value || req.ignore_lease) && self.get_kv(&op, &req.key)?.is_none() {
+            return Err(MvccError::KeyNotFound);
+        }
+        let resp = self.put_in(&mut op, req)?;
+        self.finish(op);
+        Ok(resp)
+    }
+
+    fn put_in(&mut self, op: &mut Op, req: &PutRequest) -> Result<PutResponse, MvccError> {
+        let rev = op.write_rev();
+        let found = self.store.index.read().get(&req.key, rev);
+        let prev = match found {
+            Ok((modified, created, ver)) => Some((
+                range::read_kv(&self.wtxn().open_table(KEY)?, modified)?,
+                created.main,
+                ver,
+            )),
+            Err(_) => None,
+        };
+        let (value, lease) = match &prev {
+            None if req.ignore_value || req.ignore_lease => return Err(MvccError::KeyNotFound),
+            Some((p, _, _)) => (
+                if req.ignore_value {
+                    p.value.clone()
+                } else {
+                    req.value.clone()
+                },
+                if req.ignore_lease { p.lease } else { req.lease },
+            ),
+            None => (req.value.clone(), req.lease),
+        };
+        let kv = KeyValue {
+            key: req.key.clone(),
+            create_revision: prev.as_ref().map_or(rev, |p| p.1),
+            mod_revision: rev,
+            version: prev.as_ref().map_or(0, |p| p.2) + 1,
+            value,
+            lease,
+        };
+        let idx_rev = Revision::new(rev, op.changes);
+        self.wtxn()
+            .open_table(KEY)?
+            .insert(idx_rev.to_bytes().as_slice(), kv.encode_to_vec().as_slice())?;
+        self.index_dirty = true;
+        self.store.index.write().put(&req.key, idx_rev);
+        op.changes += 1;
+        let prev_kv = prev.map(|p| p.0);
+        self.events.push((
+            rev,
+            Event {
+                r#type: EventType::Put as i32,
+                kv: Some(kv),
+                prev_kv: prev_kv.clone(),
+            },
+        ));
+        Ok(PutResponse {
+            header: header(rev),
+            prev_kv: if req.prev_kv { prev_kv } else { None },
+        })
+    }
+
+    /// DeleteRange; deleting nothing does not bump the revision.
+    pub fn delete_range(
+        &mut self,
+        req: &DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, MvccError> {
+        let mut op = Op {
+            begin_rev: self.rev,
+            changes: 0,
+        };
+        let resp = self.delete_in(&mut op, req)?;
+        self.finish(op);
+        Ok(resp)
+    }
+
+    fn delete_in(
+        &mut self,
+        op: &mut Op,
+        req: &DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, MvccError> {
+        let keys = self
+            .store
+            .index
+            .read()
+            .range(KeyRange::new(&req.key, &req.range_end), op.read_rev());
+        let rev = op.write_rev();
+        let mut prev_kvs = Vec::with_capacity(keys.len());
+        for (key, modified) in &keys {
+            let prev = range::read_kv(&self.wtxn().open_table(KEY)?, *modified)?;
+            let idx_rev = Revision::new(rev, op.changes);
+            let tomb = KeyValue {
+                key: key.clone(),
+                ..Default::default()
+            };
+            self.wtxn().open_table(KEY)?.insert(
+                idx_rev.to_tombstone_bytes().as_slice(),
+                tomb.encode_to_vec().as_slice(),
+            )?;
+            self.index_dirty = true;
+            self.store
+                .index
+                .write()
+                .tombstone(key, idx_rev)
+                .unwrap_or_else(|_| {
+                    panic!("mvcc: cannot tombstone an existing key {key:?} at {idx_rev}")
+                });
+            op.changes += 1;
+            let kv = KeyValue {
+                key: key.clone(),
+                mod_revision: rev,
+                ..Default::default()
+            };
+            self.events.push((
+                rev,
+                Event {
+                    r#type: EventType::Delete as i32,
+                    kv: Some(kv),
+                    prev_kv: Some(prev.clone()),
+                },
+            ));
+            prev_kvs.push(prev);
+        }
+        Ok(DeleteRangeResponse {
+            header: header(op.read_rev()),
+            deleted: keys.len() as i64,
+            prev_kvs: if req.prev_kv { prev_kvs } else { Vec::new() },
+        })
+    }
+
+    /// Txn: compares (all evaluated first, on the state before the txn),
+    /// checks of the chosen branch, then its operations under one revision.
+    /// A failing check leaves no trace.
+    pub fn txn(
+        &mut self,
+        req: &TxnRequest,
+        leases: &dyn LeaseLookup,
+    ) -> Result<TxnResponse, MvccError> {
+        let mut op = Op {
+            begin_rev: self.rev,
+            changes: 0,
+        };
+        check_txn_requests(req)?;
+        let path = self.compare_to_path(&op, req)?;
+        // as etcd: first the puts of the whole chosen path, then the ranges
+        self.check_txn(&op, req, &path, leases, &mut Vec::new(), true)?;
+        self.check_txn(&op, req, &path, leases, &mut Vec::new(), false)?;
+        let resp = self.apply_txn(&mut op, req, &path)?;
+        self.finish(op);
+        Ok(TxnResponse {
+            header: header(op.read_rev()),
+            ..resp
+        })
+    }
+
+    fn compare_to_path(&self, op: &Op, req: &TxnRequest) -> Result<TxnPath, MvccError> {
+        let mut succeeded = true;
+        for c in &req.compare {
+            if !self.apply_compare(op, c)? {
+                succeeded = false;
+                break;
+            }
+        }
+        let ops = if succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
+        let mut nested = Vec::new();
+        for o in ops {
+            if let Some(request_op::Request::RequestTxn(t)) = &o.request {
+                nested.push(self.compare_to_path(op, t)?);
+            }
+        }
+        Ok(TxnPath { succeeded, nested })
+    }
+
+    /// etcd's `applyCompare`: every key in the compare's range must satisfy
+    /// it; no key compares as an empty KeyValue, except for VALUE which fails.
+    fn apply_compare(
+        &self,
+        op: &Op,
+        c: &retcd_api::etcdserverpb::Compare,
+    ) -> Result<bool, MvccError> {
+        let rr = self.range_in(
+            op,
+            &RangeRequest {
+                key: c.key.clone(),
+                range_end: c.range_end.clone(),
+                ..Default::default()
+            },
+        )?;
+        let target = compare::CompareTarget::try_from(c.target).ok();
+        if rr.kvs.is_empty() {
+            if target == Some(compare::CompareTarget::Value) {
+                return Ok(false);
+            }
+            return Ok(compare_kv(c, target, &KeyValue::default()));
+        }
+        Ok(rr.kvs.iter().all(|kv| compare_kv(c, target, kv)))
+    }
+
+    /// etcd's checkRequestPut and checkRequestRange over the chosen branch,
+    /// plus: an ignore_value/ignore_lease put must find its key at the point
+    /// it runs (etcd would panic there), tracked through `overlay`.
+    fn check_txn<'r>(
+        &self,
+        op: &Op,
+        req: &'r TxnRequest,
+        path: &TxnPath,
+        leases: &dyn LeaseLookup,
+        overlay: &mut Vec<(bool, KeyRange<'r>)>,
+        puts: bool,
+    ) -> Result<(), MvccError> {
+        let ops = if path.succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
+        let mut nested = path.nested.iter();
+        for o in ops {
+            match &o.request {
+                Some(request_op::Request::RequestTxn(t)) => self.check_txn(
+                    op,
+                    t,
+                    nested.next().expect("path per nested txn"),
+                    leases,
+                    overlay,
+                    puts,
+                )?,
+                Some(request_op::Request::RequestPut(p)) if puts => {
+                    if p.ignore_value || p.ignore_lease {
+                        let before = self.get_kv(op, &p.key)?.is_some();
+                        let now = overlay
+                            .iter()
+                            .rev()
+                            .find(|(_, r)| r.contains(&p.key))
+                            .map_or(before, |(put, _)| *put);
+                        if !before || !now {
+                            return Err(MvccError::KeyNotFound);
+                        }
+                    }
+                    if p.lease != 0 && !leases.lease_exists(p.lease) {
+                        return Err(MvccError::LeaseNotFound);
+                    }
+                    overlay.push((true, KeyRange::Single(&p.key)));
+                }
+                Some(request_op::Request::RequestDeleteRange(d)) => {
+                    overlay.push((false, KeyRange::new(&d.key, &d.range_end)))
+                }
+                Some(request_op::Request::RequestRange(r)) if !puts => {
+                    if r.revision > op.begin_rev {
+                        return Err(MvccError::FutureRev);
+                    }
+                    if r.revision != 0 && r.revision < self.compact_rev {
+                        return Err(MvccError::Compacted);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_txn(
+        &mut self,
+        op: &mut Op,
+        req: &TxnRequest,
+        path: &TxnPath,
+    ) -> Result<TxnResponse, MvccError> {
+        let ops = if path.succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
+        let mut nested = path.nested.iter();
+        let mut responses = Vec::with_capacity(ops.len());
+        for o in ops {
+            let response = match &o.request {
+                Some(request_op::Request::RequestRange(r)) => {
+                    Some(response_op::Response::ResponseRange(self.range_in(op, r)?))
+                }
+                Some(request_op::Request::RequestPut(p)) => {
+                    Some(response_op::Response::ResponsePut(self.put_in(op, p)?))
+                }
+                Some(request_op::Request::RequestDeleteRange(d)) => Some(
+                    response_op::Response::ResponseDeleteRange(self.delete_in(op, d)?),
+                ),
+                Some(request_op::Request::RequestTxn(t)) => {
+                    let p = nested.next().expect("path per nested txn");
+                    // nested txn responses carry an empty header, as in etcd
+                    let r = self.apply_txn(op, t, p)?;
+                    Some(response_op::Response::ResponseTxn(TxnResponse {
+                        header: Some(ResponseHeader::default()),
+                        ..r
+                    }))
+                }
+                None => None,
+            };
+            responses.push(ResponseOp { response });
+        }
+        Ok(TxnResponse {
+            header: None,
+            succeeded: path.succeeded,
+            responses,
+        })
+    }
+
+    /// Records the raft index and term applied by this batch; written to
+    /// `meta` in the same commit as the data.
+    pub fn set_consistent_index(&mut self, index: u64, term: u64) {
+        self.consistent = Some((index, term));
+    }
+
+    /// Events produced so far, with the main revision of each: PUT with the
+    /// new kv, DELETE with a kv holding the key and the delete's revision;
+    /// `prev_kv` always filled.
+    pub fn take_events(&mut self) -> Vec<(i64, Event)> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Commits (durably if `durable`, else visible only; see
+    /// `retcd_storage::backend::CommitPolicy`) and publishes the new state.
+    pub fn commit(mut self, durable: bool) -> Result<(), MvccError> {
+        let txn = self
+            .txn
+            .take()
+            .expect("write transaction present until commit");
+        if let Some((index, term)) = self.consistent {
+            let mut meta = txn.open_table(META)?;
+            meta.insert(CONSISTENT_INDEX_KEY, index.to_be_bytes().as_slice())?;
+            meta.insert(TERM_KEY, term.to_be_bytes().as_slice())?;
+        }
+        self.store.backend.record_size_in_use(&txn);
+        commit_with(
+            txn,
+            if durable {
+                CommitPolicy::Durable
+            } else {
+                CommitPolicy::Visible
+            },
+        )?;
+        let (rev, compact_rev, consistent) = (self.rev, self.compact_rev, self.consistent);
+        let compactions = std::mem::take(&mut self.pending_compactions);
+        self.committed = true;
+        self.store.publish(&compactions, |p| {
+            p.rev = rev;
+            p.compact_rev = compact_rev;
+            if let Some((index, term)) = consistent {
+                p.consistent_index = index;
+                p.term = term;
+            }
+        })
+    }
+}
+
+impl Drop for WriteBatch<'_> {
+    fn drop(&mut self) {
+        if !self.committed && self.index_dirty {
+            // undo this batch's index changes
+            self.store.reload_index();
+        }
+    }
+}
+
+/// etcd's `compareKV`.
+fn compare_kv(
+    c: &retcd_api::etcdserverpb::Compare,
+    target: Option<compare::CompareTarget>,
+    kv: &KeyValue,
+) -> bool {
+    use compare::{CompareResult, CompareTarget, TargetUnion};
+    let int = |v: i64, want: Option<i64>| v.cmp(&want.unwrap_or(0));
+    let tu = c.target_union.as_ref();
+    let result = match target {
+        Some(CompareTarget::Value) => {
+            let empty = Vec::new();
+            let v = match tu {
+                Some(TargetUnion::Value(v)) => v,
+                _ => &empty,
+            };
+            kv.value.as_slice().cmp(v.as_slice())
+        }
+        Some(CompareTarget::Create) => int(
+            kv.create_revision,
+            if let Some(TargetUnion::CreateRevision(r)) = tu {
+                Some(*r)
+            } else {
+                None
+            },
+        ),
+        Some(CompareTarget::Mod) => int(
+            kv.mod_revision,
+            if let Some(TargetUnion::ModRevision(r)) = tu {
+                Some(*r)
+            } else {
+                None
+            },
+        ),
+        Some(CompareTarget::Version) => int(
+            kv.version,
+            if let Some(TargetUnion::Version(r)) = tu {
+                Some(*r)
+            } else {
+                None
+            },
+        ),
+        Some(CompareTarget::Lease) => int(
+            kv.lease,
+            if let Some(TargetUnion::Lease(r)) = tu {
+                Some(*r)
+            } else {
+                None
+            },
+        ),
+        None => std::cmp::Ordering::Equal,
+    };
+    match CompareResult::try_from(c.result) {
+        Ok(CompareResult::Equal) => result.is_eq(),
+        Ok(CompareResult::NotEqual) => result.is_ne(),
+        Ok(CompareResult::Greater) => result.is_gt(),
+        Ok(CompareResult::Less) => result.is_lt(),
+        Err(_) => true,
+    }
+}
+
+/// etcd's gRPC-layer put checks, over both branches of every (nested) txn.
+fn check_txn_requests(req: &TxnRequest) -> Result<(), MvccError> {
+    for o in req.success.iter().chain(&req.failure) {
+        match &o.request {
+            Some(request_op::Request::RequestPut(p)) => WriteBatch::check_put_request(p)?,
+            Some(request_op::Request::RequestTxn(t)) => check_txn_requests(t)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}

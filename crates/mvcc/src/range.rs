@@ -1,0 +1,169 @@
+//! The Range logic shared by readers and the write batch: etcd's
+//! `storeTxnRead.rangeKeys` plus the filtering, sorting and limiting of
+//! `applierV3backend.Range`.
+//!
+//! It runs in two phases so that readers hold the index lock only for the
+//! first: [`plan`] resolves the revision and picks revisions from the index,
+//! [`fetch`] reads and post-processes the values.
+
+use std::cmp::Ordering;
+
+use prost::Message;
+use redb::ReadableTable;
+use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
+use retcd_api::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
+use retcd_api::mvccpb::KeyValue;
+
+use crate::index::{KeyRange, TreeIndex};
+use crate::revision::Revision;
+use crate::MvccError;
+
+/// What [`plan`] found in the index.
+#[derive(Debug)]
+pub(crate) struct RangePlan {
+    /// Revisions to fetch, in key order (already cut to the fetch limit).
+    revs: Vec<Revision>,
+    /// Number of keys matching before any limit (etcd's `count`).
+    total: usize,
+    /// The store revision the response reports.
+    header_rev: i64,
+}
+
+/// Whether the request needs every matching key before limiting: sorting or
+/// revision filters make etcd fetch everything, then cut.
+fn fetch_all(req: &RangeRequest) -> bool {
+    req.sort_order != SortOrder::None as i32
+        || req.min_mod_revision != 0
+        || req.max_mod_revision != 0
+        || req.min_create_revision != 0
+        || req.max_create_revision != 0
+}
+
+/// Checks the requested revision against `cur_rev` / `compact_rev` and picks
+/// the revisions to read. `compact_rev` is -1 when never compacted.
+pub(crate) fn plan(
+    index: &TreeIndex,
+    req: &RangeRequest,
+    cur_rev: i64,
+    compact_rev: i64,
+) -> Result<RangePlan, MvccError> {
+    let mut rev = req.revision;
+    if rev > cur_rev {
+        return Err(MvccError::FutureRev);
+    }
+    if rev <= 0 {
+        rev = cur_rev;
+    }
+    if rev < compact_rev {
+        return Err(MvccError::Compacted);
+    }
+    let range = KeyRange::new(&req.key, &req.range_end);
+    if req.count_only {
+        let total = index.count_revisions(range, rev);
+        return Ok(RangePlan {
+            revs: Vec::new(),
+            total,
+            header_rev: cur_rev,
+        });
+    }
+    let mut revs = index.revisions(range, rev);
+    let total = revs.len();
+    // etcd asks the store for limit+1 to learn `more`, or everything when it
+    // has to sort or filter first.
+    let fetch = if fetch_all(req) || req.limit <= 0 {
+        0
+    } else {
+        req.limit.saturating_add(1)
+    };
+    if fetch > 0 && (fetch as usize) < revs.len() {
+        revs.truncate(fetch as usize);
+    }
+    Ok(RangePlan {
+        revs,
+        total,
+        header_rev: cur_rev,
+    })
+}
+
+/// Reads the value stored at `rev`.
+pub(crate) fn read_kv<T>(table: &T, rev: Revision) -> Result<KeyValue, MvccError>
+where
+    T: ReadableTable<&'static [u8], &'static [u8]>,
+{
+    let bytes = rev.to_bytes();
+    let v = table
+        .get(bytes.as_slice())?
+        .ok_or_else(|| MvccError::Backend(format!("range cannot find rev {rev}")))?;
+    KeyValue::decode(v.value())
+        .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))
+}
+
+fn cmp_by(target: SortTarget, a: &KeyValue, b: &KeyValue) -> Ordering {
+    match target {
+        SortTarget::Key => a.key.cmp(&b.key),
+        SortTarget::Version => a.version.cmp(&b.version),
+        SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+        SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+        SortTarget::Value => a.value.cmp(&b.value),
+    }
+}
+
+/// Reads the planned revisions and applies etcd's filters, sort, limit and
+/// `keys_only`. `count` stays the number of keys matching the range before
+/// the revision filters, as in etcd.
+pub(crate) fn fetch<T>(
+    table: &T,
+    req: &RangeRequest,
+    plan: RangePlan,
+) -> Result<RangeResponse, MvccError>
+where
+    T: ReadableTable<&'static [u8], &'static [u8]>,
+{
+    let mut kvs = Vec::with_capacity(plan.revs.len());
+    for rev in &plan.revs {
+        kvs.push(read_kv(table, *rev)?);
+    }
+    if req.max_mod_revision != 0 {
+        kvs.retain(|kv| kv.mod_revision <= req.max_mod_revision);
+    }
+    if req.min_mod_revision != 0 {
+        kvs.retain(|kv| kv.mod_revision >= req.min_mod_revision);
+    }
+    if req.max_create_revision != 0 {
+        kvs.retain(|kv| kv.create_revision <= req.max_create_revision);
+    }
+    if req.min_create_revision != 0 {
+        kvs.retain(|kv| kv.create_revision >= req.min_create_revision);
+    }
+    let target = SortTarget::try_from(req.sort_target).unwrap_or(SortTarget::Key);
+    let mut order = SortOrder::try_from(req.sort_order).unwrap_or(SortOrder::None);
+    if target != SortTarget::Key && order == SortOrder::None {
+        // results come in key order; any other target defaults to ascending
+        order = SortOrder::Ascend;
+    }
+    // Stable sorts: ties keep key order (Go's sort.Sort leaves it unspecified).
+    match order {
+        SortOrder::None => {}
+        SortOrder::Ascend => kvs.sort_by(|a, b| cmp_by(target, a, b)),
+        SortOrder::Descend => kvs.sort_by(|a, b| cmp_by(target, b, a)),
+    }
+    let mut more = false;
+    if req.limit > 0 && kvs.len() > req.limit as usize {
+        kvs.truncate(req.limit as usize);
+        more = true;
+    }
+    if req.keys_only {
+        for kv in &mut kvs {
+            kv.value.clear();
+        }
+    }
+    Ok(RangeResponse {
+        header: Some(ResponseHeader {
+            revision: plan.header_rev,
+            ..Default::default()
+        }),
+        kvs,
+        more,
+        count: plan.total as i64,
+    })
+}

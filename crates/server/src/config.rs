@@ -1,0 +1,316 @@
+//! retcd's configuration: etcd's flag names, defaults and `ETCD_*` variables.
+//!
+//! Every flag can also be given as the environment variable etcd reads for it
+//! (`--data-dir` ↔ `ETCD_DATA_DIR`); a flag on the command line wins.
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The etcd API version retcd implements; reported by Maintenance.Status and
+/// `/version` (`etcdserver`), because clients gate features on it.
+pub const ETCD_API_VERSION: &str = "3.5.0";
+/// The cluster version reported by `/version` (`etcdcluster`).
+pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
+/// gRPC adds this much on top of `--max-request-bytes` before a message is
+/// refused at the transport (etcd's `grpcOverheadBytes`).
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "retcd",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (etcd API 3.5)"),
+    about = "retcd: a distributed, reliable key-value store speaking etcd's v3 API"
+)]
+pub struct Config {
+    /// Human-readable name for this member.
+    #[arg(long, env = "ETCD_NAME", default_value = "default")]
+    pub name: String,
+    /// Path to the data directory (default: ${name}.etcd).
+    #[arg(long, env = "ETCD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Path to the dedicated WAL directory (default: ${data-dir}/member/wal).
+    #[arg(long, env = "ETCD_WAL_DIR")]
+    pub wal_dir: Option<PathBuf>,
+    /// Comma-separated URLs to listen on for client traffic.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
+    pub listen_client_urls: String,
+    /// Comma-separated client URLs advertised to the rest of the cluster.
+    #[arg(
+        long,
+        env = "ETCD_ADVERTISE_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
+    pub advertise_client_urls: String,
+    /// Comma-separated URLs to listen on for peer traffic.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
+    pub listen_peer_urls: String,
+    /// This member's peer URLs, advertised to the rest of the cluster.
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
+    pub initial_advertise_peer_urls: String,
+    /// Initial cluster configuration for bootstrapping: name=peerURL,...
+    /// (default: ${name}=${initial-advertise-peer-urls}).
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER")]
+    pub initial_cluster: Option<String>,
+    /// Initial cluster token, mixed into member and cluster IDs.
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_CLUSTER_TOKEN",
+        default_value = "etcd-cluster"
+    )]
+    pub initial_cluster_token: String,
+    /// Initial cluster state ('new' or 'existing').
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
+    pub initial_cluster_state: String,
+    /// Number of committed transactions to trigger a snapshot to disk.
+    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
+    pub snapshot_count: u64,
+    /// Raft entries kept in memory after a snapshot, for slow followers.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_SNAPSHOT_CATCHUP_ENTRIES",
+        default_value_t = 5000
+    )]
+    pub experimental_snapshot_catchup_entries: u64,
+    /// Time (in milliseconds) of a heartbeat interval.
+    #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    pub heartbeat_interval: u64,
+    /// Time (in milliseconds) for an election to timeout.
+    #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    pub election_timeout: u64,
+    /// Raise alarms when backend size exceeds the given quota (0 = 2 GiB).
+    #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0)]
+    pub quota_backend_bytes: i64,
+    /// Maximum client request size in bytes the server will accept.
+    #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
+    pub max_request_bytes: u64,
+    /// Maximum number of operations permitted in a transaction.
+    #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
+    pub max_txn_ops: u64,
+    /// Backend batch commit interval (e.g. 100ms).
+    #[arg(long, env = "ETCD_BACKEND_BATCH_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
+    pub backend_batch_interval: Duration,
+    /// Maximum operations before a backend batch is committed durably.
+    #[arg(long, env = "ETCD_BACKEND_BATCH_LIMIT", default_value_t = 10_000)]
+    pub backend_batch_limit: u64,
+    /// Log level: debug, info, warn, error.
+    #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Logger: only 'zap' style structured output is offered ('zap' = JSON lines).
+    #[arg(long, env = "ETCD_LOGGER", default_value = "zap")]
+    pub logger: String,
+    /// Enable the PreVote phase of Raft elections.
+    #[arg(long, env = "ETCD_PRE_VOTE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub pre_vote: bool,
+}
+
+/// Parses etcd/Go style durations: "100ms", "1s", "2m", "1h", or bare
+/// nanoseconds as Go's flag package would print them.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ns" | "" => n / 1e9,
+        "us" | "µs" => n / 1e6,
+        "ms" => n / 1e3,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?}")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A member named in `--initial-cluster`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitialMember {
+    pub name: String,
+    pub peer_urls: Vec<String>,
+}
+
+impl Config {
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
+    }
+    pub fn member_dir(&self) -> PathBuf {
+        self.data_dir().join("member")
+    }
+    pub fn wal_dir(&self) -> PathBuf {
+        self.wal_dir
+            .clone()
+            .unwrap_or_else(|| self.member_dir().join("wal"))
+    }
+    pub fn snap_dir(&self) -> PathBuf {
+        self.member_dir().join("snap")
+    }
+    pub fn backend_path(&self) -> PathBuf {
+        self.snap_dir().join("db")
+    }
+
+    /// The quota in bytes (etcd: 0 means the 2 GiB default).
+    pub fn quota_bytes(&self) -> u64 {
+        if self.quota_backend_bytes <= 0 {
+            2 * 1024 * 1024 * 1024
+        } else {
+            self.quota_backend_bytes as u64
+        }
+    }
+
+    /// Election timeout in heartbeat ticks, as raft counts it.
+    pub fn election_ticks(&self) -> usize {
+        (self.election_timeout / self.heartbeat_interval.max(1)).max(2) as usize
+    }
+
+    /// Parses `--initial-cluster` into members grouped by name, in the order
+    /// given (a name may appear several times, one per peer URL).
+    pub fn initial_members(&self) -> Result<Vec<InitialMember>, String> {
+        let spec = match &self.initial_cluster {
+            Some(s) => s.clone(),
+            None => format!("{}={}", self.name, self.initial_advertise_peer_urls),
+        };
+        let mut members: Vec<InitialMember> = Vec::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, url) = part
+                .split_once('=')
+                .ok_or_else(|| format!("invalid --initial-cluster entry {part:?}"))?;
+            validate_url(url)?;
+            match members.iter_mut().find(|m| m.name == name) {
+                Some(m) => m.peer_urls.push(url.to_string()),
+                None => members.push(InitialMember {
+                    name: name.to_string(),
+                    peer_urls: vec![url.to_string()],
+                }),
+            }
+        }
+        if !members.iter().any(|m| m.name == self.name) {
+            return Err(format!(
+                "couldn't find local name {:?} in the initial cluster configuration",
+                self.name
+            ));
+        }
+        Ok(members)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.heartbeat_interval == 0 {
+            return Err("--heartbeat-interval must be > 0".into());
+        }
+        if self.election_timeout < 5 * self.heartbeat_interval {
+            return Err(format!(
+                "--election-timeout[{}ms] should be at least as 5 times as --heartbeat-interval[{}ms]",
+                self.election_timeout, self.heartbeat_interval
+            ));
+        }
+        if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
+            return Err(format!(
+                "invalid value {:?} for --initial-cluster-state (valid: new, existing)",
+                self.initial_cluster_state
+            ));
+        }
+        for u in split_urls(&self.listen_client_urls)
+            .iter()
+            .chain(split_urls(&self.listen_peer_urls).iter())
+        {
+            validate_url(u)?;
+        }
+        self.initial_members()?;
+        Ok(())
+    }
+}
+
+pub fn split_urls(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+fn validate_url(u: &str) -> Result<(), String> {
+    if !(u.starts_with("http://") || u.starts_with("https://") || u.starts_with("unix://")) {
+        return Err(format!("URL scheme must be http, https, unix: {u}"));
+    }
+    Ok(())
+}
+
+/// `http://host:port[/]` → `host:port`, resolving `localhost` to 127.0.0.1
+/// for listening (etcd listens on what the name resolves to).
+pub fn url_host_port(u: &str) -> Result<String, String> {
+    let rest = u
+        .split_once("://")
+        .map(|(_, r)| r)
+        .ok_or_else(|| format!("invalid URL {u:?}"))?;
+    let hp = rest.trim_end_matches('/');
+    if !hp.contains(':') {
+        return Err(format!("URL {u:?} has no port"));
+    }
+    Ok(hp.replacen("localhost:", "127.0.0.1:", 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_defaults_match_etcd() {
+        let c = Config::parse_from(["retcd"]);
+        assert_eq!(c.name, "default");
+        assert_eq!(c.data_dir(), PathBuf::from("default.etcd"));
+        assert_eq!(c.snapshot_count, 100_000);
+        assert_eq!(c.heartbeat_interval, 100);
+        assert_eq!(c.election_timeout, 1000);
+        assert_eq!(c.max_request_bytes, 1_572_864);
+        assert_eq!(c.max_txn_ops, 128);
+        assert_eq!(c.quota_bytes(), 2 << 30);
+        assert_eq!(c.election_ticks(), 10);
+        let m = c.initial_members().unwrap();
+        assert_eq!(m[0].peer_urls, vec!["http://localhost:2380".to_string()]);
+    }
+
+    #[test]
+    fn test_parse_duration() {
+        assert_eq!(parse_duration("100ms").unwrap(), Duration::from_millis(100));
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn test_initial_cluster_requires_local_name() {
+        let c = Config::parse_from([
+            "retcd",
+            "--name",
+            "a",
+            "--initial-cluster",
+            "b=http://127.0.0.1:1",
+        ]);
+        assert!(c.initial_members().is_err());
+        let c = Config::parse_from([
+            "retcd",
+            "--name",
+            "a",
+            "--initial-cluster",
+            "a=http://127.0.0.1:1,b=http://127.0.0.1:2,a=http://127.0.0.1:3",
+        ]);
+        let m = c.initial_members().unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].peer_urls.len(), 2);
+    }
+}

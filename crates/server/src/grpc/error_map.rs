@@ -1,0 +1,66 @@
+//! The ONE place errors become `tonic::Status`, with etcd's exact codes and
+//! messages (etcd's `rpctypes` table).
+
+use crate::error::ServerError;
+use retcd_mvcc::MvccError;
+use tonic::{Code, Status};
+
+pub fn to_status(err: ServerError) -> Status {
+    use ServerError as E;
+    let code = match &err {
+        E::Mvcc(m) => match m {
+            MvccError::Compacted | MvccError::FutureRev => Code::OutOfRange,
+            MvccError::LeaseNotFound => Code::NotFound,
+            MvccError::KeyNotFound | MvccError::ValueProvided | MvccError::LeaseProvided => {
+                Code::InvalidArgument
+            }
+            _ => Code::Unknown,
+        },
+        E::EmptyKey
+        | E::ValueProvided
+        | E::LeaseProvided
+        | E::TooManyOps
+        | E::DuplicateKey
+        | E::RequestTooLarge => Code::InvalidArgument,
+        E::NoLeader | E::LeaderChanged | E::Stopped | E::Timeout => Code::Unavailable,
+        E::NoSpace => Code::ResourceExhausted,
+        E::Internal(_) => Code::Unknown,
+    };
+    let msg = match &err {
+        // etcd prefixes mvcc's own errors with "etcdserver: " on the wire.
+        E::Mvcc(m @ (MvccError::Compacted | MvccError::FutureRev)) => format!("etcdserver: {m}"),
+        other => other.to_string(),
+    };
+    Status::new(code, msg)
+}
+
+impl From<ServerError> for Status {
+    fn from(e: ServerError) -> Status {
+        to_status(e)
+    }
+}
+
+pub fn unimplemented(what: &str) -> Status {
+    Status::unimplemented(format!("retcd: {what} is not implemented yet"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_compacted_maps_to_etcd_text() {
+        let s = to_status(ServerError::Mvcc(MvccError::Compacted));
+        assert_eq!(s.code(), Code::OutOfRange);
+        assert_eq!(
+            s.message(),
+            "etcdserver: mvcc: required revision has been compacted"
+        );
+        let s = to_status(ServerError::Mvcc(MvccError::LeaseNotFound));
+        assert_eq!(s.code(), Code::NotFound);
+        assert_eq!(s.message(), "etcdserver: requested lease not found");
+        let s = to_status(ServerError::RequestTooLarge);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "etcdserver: request is too large");
+    }
+}

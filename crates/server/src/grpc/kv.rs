@@ -1,0 +1,136 @@
+//! etcdserverpb.KV: Range, Put, DeleteRange, Txn, Compact.
+
+use super::validate;
+use crate::apply::ApplyResult;
+use crate::error::ServerError;
+use crate::server::EtcdServer;
+use retcd_api::etcdserverpb::kv_server::Kv;
+use retcd_api::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
+};
+use retcd_api::retcdpb::InternalRaftRequest;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+pub struct KvService {
+    pub server: Arc<EtcdServer>,
+}
+
+impl KvService {
+    /// Sets cluster/member/term on a header whose revision apply (or the
+    /// read) filled in; a missing header gets the current revision.
+    fn fill(&self, h: &mut Option<ResponseHeader>) {
+        let rev = h
+            .as_ref()
+            .map(|h| h.revision)
+            .filter(|r| *r != 0)
+            .unwrap_or_else(|| self.server.kv.current_revision());
+        *h = Some(self.server.header(rev));
+    }
+
+    async fn propose(&self, req: InternalRaftRequest) -> Result<ApplyResult, Status> {
+        match self.server.propose(req).await? {
+            ApplyResult::Err(e) => Err(e.into()),
+            ok => Ok(ok),
+        }
+    }
+}
+
+fn unexpected(r: ApplyResult) -> Status {
+    Status::internal(format!("retcd: unexpected apply result {r:?}"))
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<RangeResponse>, Status> {
+        let req = request.into_inner();
+        validate::check_range(&req)?;
+        if !req.serializable {
+            self.server.linearizable_read_notify().await?;
+        }
+        let mut resp = self.server.kv.range(&req).map_err(ServerError::from)?;
+        self.fill(&mut resp.header);
+        Ok(Response::new(resp))
+    }
+
+    async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let req = request.into_inner();
+        validate::check_put(&req)?;
+        match self
+            .propose(InternalRaftRequest {
+                put: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResult::Put(mut r) => {
+                self.fill(&mut r.header);
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn delete_range(
+        &self,
+        request: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let req = request.into_inner();
+        validate::check_delete(&req)?;
+        match self
+            .propose(InternalRaftRequest {
+                delete_range: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResult::DeleteRange(mut r) => {
+                self.fill(&mut r.header);
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let req = request.into_inner();
+        validate::check_txn(&req, self.server.cfg.max_txn_ops as usize)?;
+        match self
+            .propose(InternalRaftRequest {
+                txn: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResult::Txn(mut r) => {
+                self.fill(&mut r.header);
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn compact(
+        &self,
+        request: Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
+        let req = request.into_inner();
+        match self
+            .propose(InternalRaftRequest {
+                compaction: Some(req),
+                ..Default::default()
+            })
+            .await?
+        {
+            ApplyResult::Compaction(mut r) => {
+                self.fill(&mut r.header);
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Request checks done before proposing, with etcd's errors (etcd's
+//! v3rpc/key.go): empty keys, ignore_value/ignore_lease misuse, too many txn
+//! operations, and puts/deletes that overlap within one txn.
+
+use crate::error::ServerError;
+use retcd_api::etcdserverpb::{
+    request_op::Request as Op, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+};
+use std::collections::HashSet;
+
+pub fn check_range(r: &RangeRequest) -> Result<(), ServerError> {
+    if r.key.is_empty() {
+        return Err(ServerError::EmptyKey);
+    }
+    Ok(())
+}
+
+pub fn check_put(r: &PutRequest) -> Result<(), ServerError> {
+    if r.key.is_empty() {
+        return Err(ServerError::EmptyKey);
+    }
+    if r.ignore_value && !r.value.is_empty() {
+        return Err(ServerError::ValueProvided);
+    }
+    if r.ignore_lease && r.lease != 0 {
+        return Err(ServerError::LeaseProvided);
+    }
+    Ok(())
+}
+
+pub fn check_delete(r: &DeleteRangeRequest) -> Result<(), ServerError> {
+    if r.key.is_empty() {
+        return Err(ServerError::EmptyKey);
+    }
+    Ok(())
+}
+
+pub fn check_txn(r: &TxnRequest, max_txn_ops: usize) -> Result<(), ServerError> {
+    check_txn_ops(r, max_txn_ops)?;
+    check_intervals(&r.success)?;
+    check_intervals(&r.failure)?;
+    Ok(())
+}
+
+fn check_txn_ops(r: &TxnRequest, max_txn_ops: usize) -> Result<(), ServerError> {
+    let opc = r.compare.len().max(r.success.len()).max(r.failure.len());
+    if opc > max_txn_ops {
+        return Err(ServerError::TooManyOps);
+    }
+    if r.compare.iter().any(|c| c.key.is_empty()) {
+        return Err(ServerError::EmptyKey);
+    }
+    for op in r.success.iter().chain(r.failure.iter()) {
+        check_op(op, max_txn_ops - opc)?;
+    }
+    Ok(())
+}
+
+fn check_op(op: &RequestOp, max_txn_ops: usize) -> Result<(), ServerError> {
+    match &op.request {
+        Some(Op::RequestRange(r)) => check_range(r),
+        Some(Op::RequestPut(r)) => check_put(r),
+        Some(Op::RequestDeleteRange(r)) => check_delete(r),
+        Some(Op::RequestTxn(t)) => check_txn_ops(t, max_txn_ops),
+        None => Ok(()),
+    }
+}
+
+/// A deleted interval: `[key, end)`, or the single key when `end` is None;
+/// an end of "\0" means "to the end of the keyspace" as in ranges.
+#[derive(Clone)]
+struct Interval {
+    key: Vec<u8>,
+    end: Option<Vec<u8>>,
+}
+
+impl Interval {
+    fn contains(&self, k: &[u8]) -> bool {
+        match &self.end {
+            None => k == self.key.as_slice(),
+            Some(end) if end.as_slice() == b"\0" => k >= self.key.as_slice(),
+            Some(end) => k >= self.key.as_slice() && k < end.as_slice(),
+        }
+    }
+}
+
+fn hits(dels: &[Interval], k: &[u8]) -> bool {
+    dels.iter().any(|d| d.contains(k))
+}
+
+/// etcd's checkIntervals: within one list of ops (recursively through
+/// nested txns) no key may be put twice, nor put and deleted; a key put in
+/// both the then and else branch of a nested txn is fine (only one runs).
+fn check_intervals(reqs: &[RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<Interval>), ServerError> {
+    let mut dels: Vec<Interval> = Vec::new();
+    for op in reqs {
+        if let Some(Op::RequestDeleteRange(d)) = &op.request {
+            dels.push(Interval {
+                key: d.key.clone(),
+                end: (!d.range_end.is_empty()).then(|| d.range_end.clone()),
+            });
+        }
+    }
+    let mut puts: HashSet<Vec<u8>> = HashSet::new();
+    for op in reqs {
+        let Some(Op::RequestTxn(t)) = &op.request else {
+            continue;
+        };
+        let (puts_then, dels_then) = check_intervals(&t.success)?;
+        let (puts_else, dels_else) = check_intervals(&t.failure)?;
+        for k in &puts_then {
+            if puts.contains(k) || hits(&dels, k) {
+                return Err(ServerError::DuplicateKey);
+            }
+            puts.insert(k.clone());
+        }
+        for k in &puts_else {
+            if puts.contains(k) && !puts_then.contains(k) {
+                return Err(ServerError::DuplicateKey);
+            }
+            if hits(&dels, k) {
+                return Err(ServerError::DuplicateKey);
+            }
+            puts.insert(k.clone());
+        }
+        dels.extend(dels_then);
+        dels.extend(dels_else);
+    }
+    for op in reqs {
+        let Some(Op::RequestPut(p)) = &op.request else {
+            continue;
+        };
+        if puts.contains(&p.key) || hits(&dels, &p.key) {
+            return Err(ServerError::DuplicateKey);
+        }
+        puts.insert(p.key.clone());
+    }
+    Ok((puts, dels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(k: &str) -> RequestOp {
+        RequestOp {
+            request: Some(Op::RequestPut(PutRequest {
+                key: k.into(),
+                ..Default::default()
+            })),
+        }
+    }
+    fn del(k: &str, end: &str) -> RequestOp {
+        RequestOp {
+            request: Some(Op::RequestDeleteRange(DeleteRangeRequest {
+                key: k.into(),
+                range_end: end.into(),
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn test_txn_duplicate_put_rejected() {
+        let t = TxnRequest {
+            success: vec![put("a"), put("a")],
+            ..Default::default()
+        };
+        assert!(matches!(check_txn(&t, 128), Err(ServerError::DuplicateKey)));
+    }
+
+    #[test]
+    fn test_txn_put_inside_deleted_range_rejected() {
+        let t = TxnRequest {
+            success: vec![del("a", "c"), put("b")],
+            ..Default::default()
+        };
+        assert!(matches!(check_txn(&t, 128), Err(ServerError::DuplicateKey)));
+        let ok = TxnRequest {
+            success: vec![del("a", "c"), put("c")],
+            ..Default::default()
+        };
+        assert!(check_txn(&ok, 128).is_ok());
+    }
+
+    #[test]
+    fn test_txn_then_else_same_key_allowed() {
+        let nested = TxnRequest {
+            success: vec![put("k")],
+            failure: vec![put("k")],
+            ..Default::default()
+        };
+        let t = TxnRequest {
+            success: vec![RequestOp {
+                request: Some(Op::RequestTxn(nested)),
+            }],
+            ..Default::default()
+        };
+        assert!(check_txn(&t, 128).is_ok());
+    }
+
+    #[test]
+    fn test_txn_too_many_ops() {
+        let t = TxnRequest {
+            success: (0..5).map(|i| put(&format!("k{i}"))).collect(),
+            ..Default::default()
+        };
+        assert!(matches!(check_txn(&t, 4), Err(ServerError::TooManyOps)));
+        assert!(check_txn(&t, 5).is_ok());
+    }
+}

@@ -1,0 +1,448 @@
+//! The raft thread: owns `raft::RawNode`, the WAL and the apply path.
+//!
+//! One dedicated OS thread (never a tokio worker: it fsyncs). Each loop turn:
+//! 1. wait for inputs (proposals, peer messages, read requests) or the next
+//!    tick, then drain every input already queued — proposals that arrive
+//!    while the previous fsync ran ride in this turn's Ready (group commit);
+//! 2. issue ONE ReadIndex for all linearizable reads that arrived since the
+//!    last one;
+//! 3. handle the Ready: send messages, apply a snapshot, append entries and
+//!    the hard state to the WAL with ONE fdatasync, send persisted messages,
+//!    apply committed entries in one MVCC batch (one backend commit), answer
+//!    the waiting proposers and reads, `advance`.
+//!
+//! Applying happens on this thread too: the MVCC write batch is committed
+//! non-durably after each Ready (readers see it at once) and durably every
+//! `--backend-batch-interval` or `--backend-batch-limit` applied entries.
+//! The consistent index rides in the same commit, so a restart skips entries
+//! already applied and re-applies the rest from the WAL.
+
+use crate::apply::{apply_request, ApplyResult};
+use crate::error::ServerError;
+use crate::raft_storage::RaftStorage;
+use crate::server::{Shared, Wait};
+use crate::transport::Transport;
+use prost::Message as _;
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
+use raft::{RawNode, SnapshotStatus, StateRole};
+use retcd_api::retcdpb::InternalRaftRequest;
+use retcd_mvcc::KvStore;
+use retcd_storage::wal::{Wal, WalEntry, WalSnapshot};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// What the rest of the server asks of the raft thread.
+pub enum RaftInput {
+    /// Propose an encoded `InternalRaftRequest`; its id is already registered
+    /// in `Wait`.
+    Propose {
+        id: u64,
+        data: Vec<u8>,
+    },
+    /// A message from a peer.
+    Step(Message),
+    /// A linearizable read wants the read index; answered once applied ≥ it.
+    ReadIndex(oneshot::Sender<Result<(), ServerError>>),
+    Unreachable(u64),
+    SnapshotReport(u64, bool),
+    /// Ask the thread to leave its loop (after a durable backend commit).
+    Stop(oneshot::Sender<()>),
+}
+
+pub struct RaftNodeConfig {
+    pub tick: Duration,
+    pub snapshot_count: u64,
+    pub catchup_entries: u64,
+    pub batch_interval: Duration,
+    pub batch_limit: u64,
+}
+
+pub struct RaftNode {
+    pub raw: RawNode<RaftStorage>,
+    pub storage: RaftStorage,
+    pub wal: Wal,
+    pub kv: Arc<KvStore>,
+    pub shared: Arc<Shared>,
+    pub transport: Transport,
+    pub rx: Receiver<RaftInput>,
+    pub cfg: RaftNodeConfig,
+    /// Index of the last snapshot record saved in the WAL.
+    pub snapshot_index: u64,
+}
+
+struct Reads {
+    /// Reads waiting for the next ReadIndex to be issued.
+    pending: Vec<oneshot::Sender<Result<(), ServerError>>>,
+    /// ReadIndex requests in flight, by context.
+    inflight: HashMap<u64, Vec<oneshot::Sender<Result<(), ServerError>>>>,
+    /// Reads whose index is known, waiting for applied ≥ index.
+    waiting: Vec<(u64, Vec<oneshot::Sender<Result<(), ServerError>>>)>,
+    next_ctx: u64,
+}
+
+impl RaftNode {
+    pub fn run(mut self) {
+        let mut reads = Reads {
+            pending: Vec::new(),
+            inflight: HashMap::new(),
+            waiting: Vec::new(),
+            next_ctx: 1,
+        };
+        let mut next_tick = Instant::now() + self.cfg.tick;
+        let mut last_durable = Instant::now();
+        let mut undurable_ops: u64 = 0;
+        let mut stop: Option<oneshot::Sender<()>> = None;
+        let mut leader = 0u64;
+        loop {
+            let timeout = next_tick.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(timeout) {
+                Ok(input) => {
+                    self.handle_input(input, &mut reads, &mut stop);
+                    while let Ok(input) = self.rx.try_recv() {
+                        self.handle_input(input, &mut reads, &mut stop);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if Instant::now() >= next_tick {
+                self.raw.tick();
+                next_tick = Instant::now() + self.cfg.tick;
+                if undurable_ops > 0 && last_durable.elapsed() >= self.cfg.batch_interval {
+                    self.commit_durable();
+                    undurable_ops = 0;
+                    last_durable = Instant::now();
+                }
+            }
+            if !reads.pending.is_empty() {
+                let ctx = reads.next_ctx;
+                reads.next_ctx += 1;
+                self.raw.read_index(ctx.to_be_bytes().to_vec());
+                reads
+                    .inflight
+                    .insert(ctx, std::mem::take(&mut reads.pending));
+            }
+            if self.raw.has_ready() {
+                let applied = self.on_ready(&mut reads);
+                undurable_ops += applied;
+                if undurable_ops >= self.cfg.batch_limit
+                    || (undurable_ops > 0 && last_durable.elapsed() >= self.cfg.batch_interval)
+                {
+                    self.commit_durable();
+                    undurable_ops = 0;
+                    last_durable = Instant::now();
+                }
+            }
+            let st = &self.raw.raft;
+            if st.leader_id != leader {
+                leader = st.leader_id;
+                // Reads issued under the old leader may never be answered.
+                for (_, ws) in reads.inflight.drain() {
+                    for w in ws {
+                        let _ = w.send(Err(ServerError::LeaderChanged));
+                    }
+                }
+            }
+            self.publish_status();
+            if let Some(done) = stop.take() {
+                self.commit_durable();
+                let _ = done.send(());
+                break;
+            }
+        }
+    }
+
+    fn handle_input(
+        &mut self,
+        input: RaftInput,
+        reads: &mut Reads,
+        stop: &mut Option<oneshot::Sender<()>>,
+    ) {
+        match input {
+            RaftInput::Propose { id, data } => {
+                if let Err(e) = self.raw.propose(vec![], data) {
+                    let err = match e {
+                        raft::Error::ProposalDropped => ServerError::NoLeader,
+                        other => ServerError::Internal(other.to_string()),
+                    };
+                    self.shared.wait.trigger(id, Err(err));
+                }
+            }
+            RaftInput::Step(m) => {
+                if let Err(e) = self.raw.step(m) {
+                    tracing::debug!(error = %e, "raft step");
+                }
+            }
+            RaftInput::ReadIndex(tx) => reads.pending.push(tx),
+            RaftInput::Unreachable(id) => self.raw.report_unreachable(id),
+            RaftInput::SnapshotReport(id, ok) => self.raw.report_snapshot(
+                id,
+                if ok {
+                    SnapshotStatus::Finish
+                } else {
+                    SnapshotStatus::Failure
+                },
+            ),
+            RaftInput::Stop(tx) => *stop = Some(tx),
+        }
+    }
+
+    /// Handles one Ready (and the LightReady after it). Returns the number of
+    /// entries applied.
+    fn on_ready(&mut self, reads: &mut Reads) -> u64 {
+        let mut rd = self.raw.ready();
+        if !rd.messages().is_empty() {
+            self.transport.send(rd.take_messages());
+        }
+        if !rd.snapshot().is_empty() {
+            self.apply_snapshot(rd.snapshot().clone());
+        }
+        let entries = rd.take_entries();
+        let hs = rd.hs().cloned();
+        if !entries.is_empty() || hs.is_some() {
+            let wal_entries: Vec<WalEntry> = entries
+                .iter()
+                .map(|e| WalEntry {
+                    index: e.index,
+                    term: e.term,
+                    data: e.write_to_bytes().expect("encode raft entry"),
+                })
+                .collect();
+            let hs_bytes = hs
+                .as_ref()
+                .map(|h| h.write_to_bytes().expect("encode hard state"));
+            if let Err(e) = self.wal.save(hs_bytes.as_deref(), &wal_entries) {
+                fatal(&format!("failed to save to the WAL: {e}"));
+            }
+            self.storage.append(&entries);
+            if let Some(h) = hs {
+                self.storage.set_hard_state(h);
+            }
+        }
+        if !rd.persisted_messages().is_empty() {
+            self.transport.send(rd.take_persisted_messages());
+        }
+        for rs in rd.take_read_states() {
+            let mut ctx = [0u8; 8];
+            if rs.request_ctx.len() == 8 {
+                ctx.copy_from_slice(&rs.request_ctx);
+            }
+            if let Some(ws) = reads.inflight.remove(&u64::from_be_bytes(ctx)) {
+                reads.waiting.push((rs.index, ws));
+            }
+        }
+        let mut applied = self.apply_entries(rd.take_committed_entries());
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            self.storage.set_commit(commit);
+        }
+        if !light.messages().is_empty() {
+            self.transport.send(light.take_messages());
+        }
+        applied += self.apply_entries(light.take_committed_entries());
+        self.raw.advance_apply();
+        self.answer_reads(reads);
+        self.maybe_snapshot();
+        applied
+    }
+
+    fn answer_reads(&mut self, reads: &mut Reads) {
+        if reads.waiting.is_empty() {
+            return;
+        }
+        let applied = self.storage.applied().0;
+        reads.waiting.retain_mut(|(index, ws)| {
+            if *index <= applied {
+                for w in ws.drain(..) {
+                    let _ = w.send(Ok(()));
+                }
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Applies committed entries in one MVCC batch and answers the
+    /// proposers after the batch is committed (visible to readers).
+    fn apply_entries(&mut self, entries: Vec<Entry>) -> u64 {
+        if entries.is_empty() {
+            return 0;
+        }
+        let applied_before = self.storage.applied().0;
+        let mut batch = match self.kv.begin_batch() {
+            Ok(b) => b,
+            Err(e) => fatal(&format!("failed to begin a backend batch: {e}")),
+        };
+        let mut results: Vec<(u64, ApplyResult)> = Vec::new();
+        let mut last = (0, 0);
+        let mut n = 0;
+        for e in entries {
+            if e.index <= applied_before {
+                continue;
+            }
+            n += 1;
+            match e.get_entry_type() {
+                EntryType::EntryNormal => {
+                    if !e.data.is_empty() {
+                        match InternalRaftRequest::decode(&e.data[..]) {
+                            Ok(req) => {
+                                let id = req.id;
+                                let res = apply_request(&mut batch, req);
+                                results.push((id, res));
+                            }
+                            Err(err) => {
+                                tracing::error!(index = e.index, error = %err, "undecodable raft entry skipped")
+                            }
+                        }
+                    }
+                }
+                EntryType::EntryConfChange => {
+                    let mut cc = ConfChange::default();
+                    if cc.merge_from_bytes(&e.data).is_ok() {
+                        match self.raw.apply_conf_change(&cc) {
+                            Ok(cs) => self.storage.set_conf_state(cs),
+                            Err(err) => tracing::warn!(error = %err, "conf change rejected"),
+                        }
+                    }
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let mut cc = ConfChangeV2::default();
+                    if cc.merge_from_bytes(&e.data).is_ok() {
+                        match self.raw.apply_conf_change(&cc) {
+                            Ok(cs) => self.storage.set_conf_state(cs),
+                            Err(err) => tracing::warn!(error = %err, "conf change rejected"),
+                        }
+                    }
+                }
+            }
+            batch.set_consistent_index(e.index, e.term);
+            last = (e.index, e.term);
+        }
+        if n == 0 {
+            drop(batch);
+            return 0;
+        }
+        if let Err(e) = batch.commit(false) {
+            fatal(&format!("failed to commit to the backend: {e}"));
+        }
+        self.storage.set_applied(last.0, last.1);
+        self.shared.applied_index.store(last.0, Ordering::Release);
+        for (id, res) in results {
+            self.shared.wait.trigger(id, Ok(res));
+        }
+        n
+    }
+
+    fn commit_durable(&mut self) {
+        match self.kv.begin_batch() {
+            Ok(b) => {
+                if let Err(e) = b.commit(true) {
+                    fatal(&format!("failed to commit to the backend durably: {e}"));
+                }
+            }
+            Err(e) => fatal(&format!("failed to begin a backend batch: {e}")),
+        }
+    }
+
+    /// A follower far behind receives the leader's MVCC store.
+    fn apply_snapshot(&mut self, snap: Snapshot) {
+        let meta = snap.get_metadata().clone();
+        tracing::info!(
+            index = meta.index,
+            term = meta.term,
+            "applying snapshot from leader"
+        );
+        if let Err(e) = self.kv.restore_from(&snap.data) {
+            fatal(&format!("failed to restore snapshot: {e}"));
+        }
+        // restore_from commits durably; only then may the WAL forget
+        // the entries before the snapshot.
+        let payload = meta
+            .get_conf_state()
+            .write_to_bytes()
+            .expect("encode conf state");
+        if let Err(e) = self.wal.save_snapshot(&WalSnapshot {
+            index: meta.index,
+            term: meta.term,
+            payload,
+        }) {
+            fatal(&format!("failed to save snapshot record to the WAL: {e}"));
+        }
+        self.snapshot_index = meta.index;
+        self.shared
+            .applied_index
+            .store(meta.index, Ordering::Release);
+        self.storage.apply_snapshot_meta(meta);
+    }
+
+    /// Every `--snapshot-count` applied entries: make the backend durable,
+    /// record a snapshot in the WAL, drop old WAL segments and compact the
+    /// in-memory log, keeping `catchup_entries` for slow followers.
+    fn maybe_snapshot(&mut self) {
+        let (applied, term) = self.storage.applied();
+        if applied < self.snapshot_index + self.cfg.snapshot_count.max(1) {
+            return;
+        }
+        self.commit_durable();
+        let payload = self
+            .storage
+            .conf_state()
+            .write_to_bytes()
+            .expect("encode conf state");
+        if let Err(e) = self.wal.save_snapshot(&WalSnapshot {
+            index: applied,
+            term,
+            payload,
+        }) {
+            fatal(&format!("failed to save snapshot record to the WAL: {e}"));
+        }
+        self.snapshot_index = applied;
+        if let Err(e) = self.wal.release_to(applied) {
+            tracing::warn!(error = %e, "failed to release old WAL segments");
+        }
+        let compact_to = applied.saturating_sub(self.cfg.catchup_entries);
+        if compact_to > self.storage.first_index_now() {
+            self.storage.compact(compact_to);
+        }
+        tracing::info!(
+            index = applied,
+            compact_to,
+            "snapshot saved, raft log compacted"
+        );
+    }
+
+    fn publish_status(&self) {
+        let r = &self.raw.raft;
+        let s = &self.shared;
+        s.term.store(r.term, Ordering::Release);
+        s.leader.store(r.leader_id, Ordering::Release);
+        s.is_leader
+            .store(r.state == StateRole::Leader, Ordering::Release);
+        s.commit_index
+            .store(r.raft_log.committed, Ordering::Release);
+        s.raft_index
+            .store(r.raft_log.last_index(), Ordering::Release);
+    }
+}
+
+/// An I/O failure on the durable path stops the node (fail-stop): it must
+/// never acknowledge what it could not persist.
+pub fn fatal(msg: &str) -> ! {
+    tracing::error!("{msg}");
+    eprintln!("retcd: fatal: {msg}");
+    std::process::exit(1);
+}
+
+impl Wait {
+    pub fn trigger(&self, id: u64, res: Result<ApplyResult, ServerError>) {
+        if let Some(tx) = self.waiters.lock().remove(&id) {
+            let _ = tx.send(res);
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Process lifecycle: bind listeners, start the server, serve until
+//! SIGTERM/SIGINT, then stop in order (clients, raft thread, backend).
+
+use crate::config::{split_urls, url_host_port, Config};
+use crate::server::EtcdServer;
+use crate::transport::Transport;
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    // Peer listeners first: peers may dial us as soon as raft starts.
+    let transport = Transport::new();
+    let mut tasks = Vec::new();
+    for url in split_urls(&cfg.listen_peer_urls) {
+        let addr = url_host_port(&url).map_err(anyhow::Error::msg)?;
+        let l = TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen for peers on {addr}"))?;
+        let svc = transport.service();
+        let mut rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(svc)
+                .serve_with_incoming_shutdown(TcpListenerStream::new(l), async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "peer server failed");
+            }
+        }));
+    }
+
+    let server = EtcdServer::start(cfg.clone(), transport.clone())?;
+    transport.set_cluster_id(server.cluster_id);
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+
+    for url in split_urls(&cfg.listen_client_urls) {
+        let addr = url_host_port(&url).map_err(anyhow::Error::msg)?;
+        let l = TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen for clients on {addr}"))?;
+        let mut routes = crate::grpc::routes(&server);
+        routes = routes.add_service(health_service.clone());
+        let axum_router = routes
+            .into_axum_router()
+            .merge(crate::http::router(server.clone()));
+        let mut rx = stop_rx.clone();
+        tracing::info!(address = %addr, "serving client traffic");
+        tasks.push(tokio::spawn(async move {
+            let r = tonic::transport::Server::builder()
+                .accept_http1(true)
+                .tcp_nodelay(true)
+                .add_routes(axum_router.into())
+                .serve_with_incoming_shutdown(TcpListenerStream::new(l), async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!(error = %e, "client server failed");
+            }
+        }));
+    }
+    tracing::info!(
+        name = %cfg.name,
+        member = %format!("{:x}", server.member_id),
+        cluster = %format!("{:x}", server.cluster_id),
+        "ready to serve"
+    );
+
+    shutdown_signal().await;
+    tracing::info!("received shutdown signal, stopping");
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
+    }
+    server.stop().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

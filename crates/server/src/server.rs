@@ -1,0 +1,355 @@
+//! `EtcdServer`: bootstrap (WAL + backend + raft), propose-and-wait, and
+//! linearizable reads. The gRPC services are thin layers over this.
+
+use crate::apply::ApplyResult;
+use crate::config::{split_urls, Config};
+use crate::error::ServerError;
+use crate::ids;
+use crate::raft_node::{RaftInput, RaftNode, RaftNodeConfig};
+use crate::raft_storage::RaftStorage;
+use crate::transport::Transport;
+use anyhow::Context;
+use parking_lot::{Mutex, RwLock};
+use prost::Message as _;
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState, SnapshotMetadata};
+use retcd_api::etcdserverpb::ResponseHeader;
+use retcd_api::retcdpb::{InternalRaftRequest, Member, WalMetadata};
+use retcd_mvcc::KvStore;
+use retcd_storage::backend::Backend;
+use retcd_storage::wal::Wal;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+
+/// Waiters for proposals, by request id.
+#[derive(Default)]
+pub struct Wait {
+    /// Protects the map of request id → the proposer's reply channel.
+    /// Held only to insert or remove; never across I/O or `.await`.
+    pub waiters: Mutex<HashMap<u64, oneshot::Sender<Result<ApplyResult, ServerError>>>>,
+}
+
+/// State the raft thread publishes for everyone else (lock-free reads).
+pub struct Shared {
+    pub wait: Wait,
+    pub term: AtomicU64,
+    pub leader: AtomicU64,
+    pub is_leader: AtomicBool,
+    pub commit_index: AtomicU64,
+    pub applied_index: AtomicU64,
+    pub raft_index: AtomicU64,
+}
+
+pub struct EtcdServer {
+    pub cfg: Config,
+    pub member_id: u64,
+    pub cluster_id: u64,
+    /// Protects the member list (static bootstrap for now; membership
+    /// changes will write it from the apply path).
+    pub members: RwLock<Vec<Member>>,
+    pub kv: Arc<KvStore>,
+    pub backend: Arc<Backend>,
+    pub shared: Arc<Shared>,
+    /// Protects the sending side of the raft thread's input queue.
+    raft_tx: Mutex<mpsc::Sender<RaftInput>>,
+    next_id: AtomicU64,
+    request_timeout: Duration,
+}
+
+impl EtcdServer {
+    /// Opens (or creates) the data dir, replays the WAL, starts the raft
+    /// thread. `transport` must already be bound to the peer listener.
+    pub fn start(cfg: Config, transport: Transport) -> anyhow::Result<Arc<EtcdServer>> {
+        let wal_dir = cfg.wal_dir();
+        std::fs::create_dir_all(cfg.snap_dir())
+            .with_context(|| format!("cannot create data dir {}", cfg.snap_dir().display()))?;
+        let backend = Arc::new(
+            Backend::open(&cfg.backend_path())
+                .map_err(|e| anyhow::anyhow!("cannot open backend: {e}"))?,
+        );
+        let kv = Arc::new(
+            KvStore::open(backend.clone())
+                .map_err(|e| anyhow::anyhow!("cannot open mvcc store: {e}"))?,
+        );
+        let storage = RaftStorage::new(kv.clone());
+
+        let (wal, meta, snapshot_index) = if Wal::exists(&wal_dir) {
+            let (wal, contents) = Wal::open(&wal_dir)
+                .map_err(|e| anyhow::anyhow!("cannot open WAL in {}: {e}", wal_dir.display()))?;
+            let meta = WalMetadata::decode(&contents.metadata[..])
+                .context("WAL metadata record is not valid")?;
+            let mut snapshot_index = 0;
+            if let Some(s) = &contents.snapshot {
+                let mut cs = ConfState::default();
+                cs.merge_from_bytes(&s.payload)
+                    .context("WAL snapshot record is not valid")?;
+                let mut m = SnapshotMetadata::default();
+                m.index = s.index;
+                m.term = s.term;
+                m.set_conf_state(cs);
+                storage.apply_snapshot_meta(m);
+                snapshot_index = s.index;
+            } else {
+                storage.set_conf_state(conf_state_of(&meta.members));
+            }
+            if let Some(h) = &contents.hard_state {
+                let mut hs = HardState::default();
+                hs.merge_from_bytes(h)
+                    .context("WAL hard state is not valid")?;
+                let mut cur = storage.hard_state();
+                cur.term = cur.term.max(hs.term);
+                cur.vote = hs.vote;
+                cur.commit = cur.commit.max(hs.commit);
+                storage.set_hard_state(cur);
+            }
+            let mut entries = Vec::with_capacity(contents.entries.len());
+            for we in &contents.entries {
+                let mut e = Entry::default();
+                e.merge_from_bytes(&we.data)
+                    .with_context(|| format!("WAL entry {} is not valid", we.index))?;
+                entries.push(e);
+            }
+            storage.append(&entries);
+            tracing::info!(
+                member = %format!("{:x}", meta.member_id),
+                entries = entries.len(),
+                snapshot_index,
+                "restarting from WAL"
+            );
+            (wal, meta, snapshot_index)
+        } else {
+            if kv.consistent_index() > 0 {
+                anyhow::bail!(
+                    "backend at {} has data but there is no WAL in {}",
+                    cfg.backend_path().display(),
+                    wal_dir.display()
+                );
+            }
+            let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
+            let mut members: Vec<Member> = initial
+                .iter()
+                .map(|m| Member {
+                    id: ids::member_id(&m.peer_urls, &cfg.initial_cluster_token),
+                    name: m.name.clone(),
+                    peer_urls: m.peer_urls.clone(),
+                    client_urls: vec![],
+                    is_learner: false,
+                })
+                .collect();
+            members.sort_by_key(|m| m.id);
+            let member_id = members
+                .iter()
+                .find(|m| m.name == cfg.name)
+                .map(|m| m.id)
+                .expect("validated: local name is in the initial cluster");
+            let cluster_id = ids::cluster_id(&members.iter().map(|m| m.id).collect::<Vec<_>>());
+            let meta = WalMetadata {
+                member_id,
+                cluster_id,
+                members,
+            };
+            let wal = Wal::create(&wal_dir, &meta.encode_to_vec())
+                .map_err(|e| anyhow::anyhow!("cannot create WAL in {}: {e}", wal_dir.display()))?;
+            storage.set_conf_state(conf_state_of(&meta.members));
+            tracing::info!(member = %format!("{:x}", member_id), cluster = %format!("{:x}", cluster_id), "bootstrapping new member");
+            (wal, meta, 0)
+        };
+
+        // The backend may be ahead of the hard state's commit (commit is
+        // persisted lazily); it is never ahead of the log.
+        let ci = kv.consistent_index();
+        let last = storage.last_index_now();
+        if ci > last {
+            anyhow::bail!("backend consistent index {ci} is ahead of the WAL's last index {last}: the WAL is missing entries");
+        }
+        let applied = ci.max(storage.first_index_now() - 1);
+        {
+            let mut hs = storage.hard_state();
+            if hs.commit < applied {
+                hs.commit = applied;
+                storage.set_hard_state(hs);
+            }
+        }
+        let applied_term = if applied == 0 {
+            0
+        } else {
+            raft::Storage::term(&storage, applied).unwrap_or(0)
+        };
+        storage.set_applied(applied, applied_term);
+
+        let mut members = meta.members.clone();
+        let client_urls = split_urls(&cfg.advertise_client_urls);
+        for m in members.iter_mut() {
+            if m.id == meta.member_id {
+                m.client_urls = client_urls.clone();
+            }
+        }
+
+        let raft_cfg = raft::Config {
+            id: meta.member_id,
+            election_tick: cfg.election_ticks(),
+            heartbeat_tick: 1,
+            applied,
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: 512,
+            check_quorum: true,
+            pre_vote: cfg.pre_vote,
+            read_only_option: raft::ReadOnlyOption::Safe,
+            ..Default::default()
+        };
+        raft_cfg
+            .validate()
+            .map_err(|e| anyhow::anyhow!("raft config: {e}"))?;
+        let logger = crate::log::raft_logger();
+        let raw = raft::RawNode::new(&raft_cfg, storage.clone(), &logger)
+            .map_err(|e| anyhow::anyhow!("cannot start raft: {e}"))?;
+
+        let shared = Arc::new(Shared {
+            wait: Wait::default(),
+            term: AtomicU64::new(0),
+            leader: AtomicU64::new(0),
+            is_leader: AtomicBool::new(false),
+            commit_index: AtomicU64::new(0),
+            applied_index: AtomicU64::new(applied),
+            raft_index: AtomicU64::new(0),
+        });
+        let (tx, rx) = mpsc::channel();
+        transport.set_peers(meta.member_id, &members, tx.clone());
+
+        let node = RaftNode {
+            raw,
+            storage,
+            wal,
+            kv: kv.clone(),
+            shared: shared.clone(),
+            transport,
+            rx,
+            cfg: RaftNodeConfig {
+                tick: Duration::from_millis(cfg.heartbeat_interval),
+                snapshot_count: cfg.snapshot_count,
+                catchup_entries: cfg.experimental_snapshot_catchup_entries,
+                batch_interval: cfg.backend_batch_interval,
+                batch_limit: cfg.backend_batch_limit,
+            },
+            snapshot_index,
+        };
+        std::thread::Builder::new()
+            .name("raft".into())
+            .spawn(move || node.run())
+            .context("cannot spawn the raft thread")?;
+
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let request_timeout =
+            Duration::from_secs(5) + 2 * Duration::from_millis(cfg.election_timeout);
+        Ok(Arc::new(EtcdServer {
+            member_id: meta.member_id,
+            cluster_id: meta.cluster_id,
+            members: RwLock::new(members),
+            kv,
+            backend,
+            shared,
+            raft_tx: Mutex::new(tx),
+            // etcd's idutil: 16 bits of member id, then a time-seeded counter.
+            next_id: AtomicU64::new(
+                ((meta.member_id & 0xffff) << 48) | ((now_ms & 0xff_ffff_ffff) << 8),
+            ),
+            request_timeout,
+            cfg,
+        }))
+    }
+
+    pub fn header(&self, revision: i64) -> ResponseHeader {
+        ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.member_id,
+            revision,
+            raft_term: self.shared.term.load(Ordering::Acquire),
+        }
+    }
+
+    fn send(&self, input: RaftInput) -> Result<(), ServerError> {
+        self.raft_tx
+            .lock()
+            .send(input)
+            .map_err(|_| ServerError::Stopped)
+    }
+
+    /// Proposes `req` through raft and waits until it is committed and
+    /// applied on this member; the result is what the apply produced.
+    pub async fn propose(&self, mut req: InternalRaftRequest) -> Result<ApplyResult, ServerError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) & ((1 << 48) - 1)
+            | ((self.member_id & 0xffff) << 48);
+        req.id = id;
+        let data = req.encode_to_vec();
+        if data.len() as u64 > self.cfg.max_request_bytes {
+            return Err(ServerError::RequestTooLarge);
+        }
+        let (tx, rx) = oneshot::channel();
+        self.shared.wait.waiters.lock().insert(id, tx);
+        if let Err(e) = self.send(RaftInput::Propose { id, data }) {
+            self.shared.wait.waiters.lock().remove(&id);
+            return Err(e);
+        }
+        match tokio::time::timeout(self.request_timeout, rx).await {
+            Ok(Ok(res)) => res,
+            Ok(Err(_)) => Err(ServerError::Stopped),
+            Err(_) => {
+                self.shared.wait.waiters.lock().remove(&id);
+                if self.shared.leader.load(Ordering::Acquire) == 0 {
+                    Err(ServerError::NoLeader)
+                } else {
+                    Err(ServerError::Timeout)
+                }
+            }
+        }
+    }
+
+    /// Waits until this member has applied everything committed before the
+    /// call (ReadIndex). Concurrent callers share one ReadIndex.
+    pub async fn linearizable_read_notify(&self) -> Result<(), ServerError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(RaftInput::ReadIndex(tx))?;
+        match tokio::time::timeout(self.request_timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(ServerError::Stopped),
+            Err(_) => {
+                if self.shared.leader.load(Ordering::Acquire) == 0 {
+                    Err(ServerError::NoLeader)
+                } else {
+                    Err(ServerError::Timeout)
+                }
+            }
+        }
+    }
+
+    /// Stops the raft thread after a durable backend commit.
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.send(RaftInput::Stop(tx)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), rx).await;
+        }
+    }
+
+    pub fn leader(&self) -> u64 {
+        self.shared.leader.load(Ordering::Acquire)
+    }
+}
+
+fn conf_state_of(members: &[Member]) -> ConfState {
+    let mut cs = ConfState::default();
+    for m in members {
+        if m.is_learner {
+            cs.learners.push(m.id);
+        } else {
+            cs.voters.push(m.id);
+        }
+    }
+    cs
+}
