@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
-use retcd_tests::{bounded, test_flavor, Cluster};
+use retcd_tests::{bounded, test_flavor, Cluster, Flavor};
 
 const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
 const LIMIT: Duration = Duration::from_secs(240);
@@ -205,6 +205,15 @@ async fn stopped_follower_catches_up_after_snapshot() {
             .await
             .expect("restart follower");
         wait_caught_up(&c, follower, "snap/", &want, Duration::from_secs(30)).await;
+        if c.flavor == Flavor::Retcd {
+            // Prove the catch-up went through the snapshot path, not the log.
+            let log = c.members[follower].log();
+            assert!(
+                log.contains("applying snapshot from leader"),
+                "follower caught up without a snapshot; log tail:\n{}",
+                c.members[follower].log_tail(4000)
+            );
+        }
         // And it keeps up with new writes.
         cl.put("snap/zz", "last", None).await.expect("put");
         let want = read_prefix(&mut cl, "snap/", false).await.expect("read");

@@ -77,7 +77,7 @@ impl EtcdServer {
         );
         let storage = RaftStorage::new(kv.clone());
 
-        let (wal, meta, snapshot_index) = if Wal::exists(&wal_dir) {
+        let (wal, meta, mut snapshot_index) = if Wal::exists(&wal_dir) {
             let (wal, contents) = Wal::open(&wal_dir)
                 .map_err(|e| anyhow::anyhow!("cannot open WAL in {}: {e}", wal_dir.display()))?;
             let meta = WalMetadata::decode(&contents.metadata[..])
@@ -160,11 +160,33 @@ impl EtcdServer {
         };
 
         // The backend may be ahead of the hard state's commit (commit is
-        // persisted lazily); it is never ahead of the log.
+        // persisted lazily). It is ahead of the log's last index only when
+        // the WAL lost fsynced records at its tail (a torn tail cut at a
+        // record that was already applied): everything up to the consistent
+        // index was committed, so the backend serves as a snapshot at that
+        // index and the log restarts after it.
         let ci = kv.consistent_index();
         let last = storage.last_index_now();
+        let mut wal = wal;
         if ci > last {
-            anyhow::bail!("backend consistent index {ci} is ahead of the WAL's last index {last}: the WAL is missing entries");
+            tracing::warn!(
+                consistent_index = ci,
+                wal_last_index = last,
+                "backend is ahead of the WAL; treating the backend as a snapshot at its consistent index"
+            );
+            let mut m = SnapshotMetadata::default();
+            m.index = ci;
+            m.term = kv.term();
+            m.set_conf_state(storage.conf_state());
+            let payload = m.get_conf_state().write_to_bytes()?;
+            wal.save_snapshot(&retcd_storage::wal::WalSnapshot {
+                index: ci,
+                term: m.term,
+                payload,
+            })
+            .map_err(|e| anyhow::anyhow!("cannot write snapshot record to the WAL: {e}"))?;
+            storage.apply_snapshot_meta(m);
+            snapshot_index = ci;
         }
         let applied = ci.max(storage.first_index_now() - 1);
         {
