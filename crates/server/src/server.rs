@@ -87,11 +87,7 @@ impl EtcdServer {
                 let mut cs = ConfState::default();
                 cs.merge_from_bytes(&s.payload)
                     .context("WAL snapshot record is not valid")?;
-                let mut m = SnapshotMetadata::default();
-                m.index = s.index;
-                m.term = s.term;
-                m.set_conf_state(cs);
-                storage.apply_snapshot_meta(m);
+                storage.apply_snapshot_meta(snapshot_meta(s.index, s.term, cs));
                 snapshot_index = s.index;
             } else {
                 storage.set_conf_state(conf_state_of(&meta.members));
@@ -174,10 +170,7 @@ impl EtcdServer {
                 wal_last_index = last,
                 "backend is ahead of the WAL; treating the backend as a snapshot at its consistent index"
             );
-            let mut m = SnapshotMetadata::default();
-            m.index = ci;
-            m.term = kv.term();
-            m.set_conf_state(storage.conf_state());
+            let m = snapshot_meta(ci, kv.term(), storage.conf_state());
             let payload = m.get_conf_state().write_to_bytes()?;
             wal.save_snapshot(&retcd_storage::wal::WalSnapshot {
                 index: ci,
@@ -374,4 +367,14 @@ fn conf_state_of(members: &[Member]) -> ConfState {
         }
     }
     cs
+}
+
+fn snapshot_meta(index: u64, term: u64, conf_state: ConfState) -> SnapshotMetadata {
+    let mut m = SnapshotMetadata {
+        index,
+        term,
+        ..Default::default()
+    };
+    m.set_conf_state(conf_state);
+    m
 }
