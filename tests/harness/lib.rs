@@ -17,6 +17,7 @@
 pub mod binaries;
 pub mod cluster;
 pub mod etcdctl;
+pub mod http;
 pub mod normalize;
 pub mod ports;
 pub mod process;
@@ -25,6 +26,7 @@ pub mod wal;
 pub use binaries::{etcd_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor};
 pub use cluster::Cluster;
 pub use etcdctl::{etcdctl, etcdctl_with_stdin, Output};
+pub use http::{http_get, HttpResponse};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};
 pub use process::Member;
 

@@ -241,6 +241,17 @@ async fn differential_txn() {
             "value(\"k1\") > \"v1\"\n\n\n\n",
             true,
         ),
+        // Read-only txns (served without a raft round).
+        txn(
+            &["txn", "-w", "json"],
+            "value(\"k2\") = \"v2\"\n\nget k1\nget k --prefix --limit 2\n\nget k2\n\n",
+            true,
+        ),
+        txn(
+            &["txn"],
+            "value(\"k2\") = \"zz\"\n\nget k1\n\nget k2 --rev 3\nget k --prefix --keys-only\n\n",
+            true,
+        ),
         ok(&["get", "", "--from-key", "-w", "json"]),
         // Errors: duplicate key, too many operations (--max-txn-ops 4).
         txn(

@@ -41,7 +41,7 @@ use prost::Message;
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
 use retcd_api::mvccpb::KeyValue;
-use retcd_storage::backend::{commit_with, Backend, CommitPolicy, KEY, META};
+use retcd_storage::backend::{commit_with, Backend, CommitPolicy, KEY, LEASES, MEMBERS, META};
 
 use crate::index::TreeIndex;
 use crate::kvstore_txn::WriteBatch;
@@ -264,9 +264,10 @@ impl KvStore {
         }
     }
 
-    /// Serializes the committed `key` and `meta` tables.
+    /// Serializes the committed `key`, `meta`, `members` and `leases` tables.
     ///
-    /// Format: `b"RETCDMVCC1"`, then records `table(u8: 1 key, 2 meta)
+    /// Format: `b"RETCDMVCC1"`, then records `table(u8: 1 key, 2 meta,
+    /// 3 members, 4 leases; integer keys as 8 bytes BE)
     /// klen(u32 BE) k vlen(u32 BE) v`, then a `0` byte, then the CRC-32C
     /// (u32 BE) of everything before it.
     pub fn dump(&self) -> Result<Vec<u8>, MvccError> {
@@ -287,6 +288,14 @@ impl KvStore {
             let (k, v) = entry?;
             record(&mut out, 2, k.value().as_bytes(), v.value());
         }
+        for entry in snapshot.open_table(MEMBERS)?.iter()? {
+            let (k, v) = entry?;
+            record(&mut out, 3, &k.value().to_be_bytes(), v.value());
+        }
+        for entry in snapshot.open_table(LEASES)?.iter()? {
+            let (k, v) = entry?;
+            record(&mut out, 4, &k.value().to_be_bytes(), v.value());
+        }
         out.push(0);
         let crc = crate::hash::Crc32c::checksum(&out);
         out.extend_from_slice(&crc.to_be_bytes());
@@ -301,16 +310,34 @@ impl KvStore {
         let txn = self.backend.db().begin_write()?;
         txn.delete_table(KEY)?;
         txn.delete_table(META)?;
+        txn.delete_table(MEMBERS)?;
+        txn.delete_table(LEASES)?;
         {
             let mut key = txn.open_table(KEY)?;
             let mut meta = txn.open_table(META)?;
+            let mut members = txn.open_table(MEMBERS)?;
+            let mut leases = txn.open_table(LEASES)?;
+            let int_key = |k: &[u8]| -> Result<[u8; 8], MvccError> {
+                k.try_into()
+                    .map_err(|_| MvccError::Backend("invalid integer key in snapshot".into()))
+            };
             for (table, k, v) in &records {
-                if *table == 1 {
-                    key.insert(*k, *v)?;
-                } else {
-                    let name = std::str::from_utf8(k)
-                        .map_err(|_| MvccError::Backend("invalid meta key in snapshot".into()))?;
-                    meta.insert(name, *v)?;
+                match *table {
+                    1 => {
+                        key.insert(*k, *v)?;
+                    }
+                    2 => {
+                        let name = std::str::from_utf8(k).map_err(|_| {
+                            MvccError::Backend("invalid meta key in snapshot".into())
+                        })?;
+                        meta.insert(name, *v)?;
+                    }
+                    3 => {
+                        members.insert(u64::from_be_bytes(int_key(k)?), *v)?;
+                    }
+                    _ => {
+                        leases.insert(i64::from_be_bytes(int_key(k)?), *v)?;
+                    }
                 }
             }
         }
@@ -362,7 +389,7 @@ fn parse_dump(data: &[u8]) -> Result<Vec<DumpRecord<'_>>, MvccError> {
         rest = r;
         match table {
             0 if rest.is_empty() => return Ok(records),
-            1 | 2 => {
+            1..=4 => {
                 let k = take(&mut rest)?;
                 let v = take(&mut rest)?;
                 records.push((table, k, v));

@@ -1128,3 +1128,56 @@ fn test_concurrent_read_not_blocking_write_and_compaction() {
         assert!(r.join().unwrap() > 0);
     }
 }
+
+/// A read-only txn served from the committed state answers exactly what
+/// the same txn answers inside a write batch.
+#[test]
+fn test_read_txn_matches_batch_txn() {
+    use compare::{CompareResult as R, CompareTarget as T, TargetUnion as U};
+    let t = new_store();
+    put3(&t.store);
+    let nested = TxnRequest {
+        compare: vec![cmp("foo1", T::Version, R::Equal, U::Version(1))],
+        success: vec![op_range("foo", "foo3")],
+        failure: vec![op_range("foo1", "")],
+    };
+    let txns = vec![
+        TxnRequest {
+            compare: vec![cmp("foo", T::Value, R::Equal, U::Value("bar".into()))],
+            success: vec![op_range("foo", ""), op_range("foo", "\0")],
+            failure: vec![op_range("foo1", "")],
+        },
+        TxnRequest {
+            compare: vec![cmp("nokey", T::Value, R::NotEqual, U::Value("x".into()))],
+            success: vec![op_range("foo", "")],
+            failure: vec![
+                op_range("foo2", ""),
+                RequestOp {
+                    request: Some(request_op::Request::RequestTxn(nested)),
+                },
+            ],
+        },
+    ];
+    assert!(!crate::is_txn_read_only(&TxnRequest {
+        success: vec![op_put("a", "b")],
+        ..Default::default()
+    }));
+    for txn in txns {
+        assert!(crate::is_txn_read_only(&txn));
+        let read = t.store.read_txn(&txn).unwrap();
+        let mut b = t.store.begin_batch().unwrap();
+        let applied = b.txn(&txn, &NoLeases).unwrap();
+        drop(b);
+        assert_eq!(read, applied, "{txn:?}");
+    }
+    // A range at a future revision fails the whole txn, as in a batch.
+    let mut future = rng("foo", "");
+    future.revision = 100;
+    let txn = TxnRequest {
+        success: vec![RequestOp {
+            request: Some(request_op::Request::RequestRange(future)),
+        }],
+        ..Default::default()
+    };
+    assert_eq!(t.store.read_txn(&txn), Err(MvccError::FutureRev));
+}

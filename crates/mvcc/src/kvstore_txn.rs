@@ -115,6 +115,13 @@ impl<'a> WriteBatch<'a> {
             .expect("write transaction present until commit")
     }
 
+    /// The batch's redb write transaction, for tables the server owns
+    /// (`members`, `leases`): their changes commit atomically with the
+    /// batch's key-value changes and consistent index.
+    pub fn backend_txn(&self) -> &WriteTransaction {
+        self.wtxn()
+    }
+
     /// The store revision as this batch sees it.
     pub fn revision(&self) -> i64 {
         self.rev
@@ -546,7 +553,7 @@ impl Drop for WriteBatch<'_> {
 }
 
 /// etcd's `compareKV`.
-fn compare_kv(
+pub(crate) fn compare_kv(
     c: &retcd_api::etcdserverpb::Compare,
     target: Option<compare::CompareTarget>,
     kv: &KeyValue,

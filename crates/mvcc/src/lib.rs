@@ -13,6 +13,7 @@ pub mod index;
 pub mod key_index;
 pub mod kvstore;
 mod kvstore_compaction;
+mod kvstore_read_txn;
 mod kvstore_txn;
 mod range;
 pub mod revision;
@@ -20,6 +21,7 @@ pub mod revision;
 pub use index::{KeyRange, TreeIndex};
 pub use key_index::{Generation, KeyIndex, RevisionNotFound};
 pub use kvstore::KvStore;
+pub use kvstore_read_txn::{is_txn_read_only, is_txn_serializable};
 pub use kvstore_txn::WriteBatch;
 pub use revision::Revision;
 

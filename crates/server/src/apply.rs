@@ -16,6 +16,8 @@ pub enum ApplyResult {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    /// Applied; nothing to return (publish).
+    Empty,
     /// The request was applied and failed deterministically (on every member).
     Err(ServerError),
 }

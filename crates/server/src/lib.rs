@@ -8,6 +8,7 @@ pub mod grpc;
 pub mod http;
 pub mod ids;
 pub mod log;
+pub mod membership;
 pub mod raft_node;
 pub mod raft_storage;
 pub mod run;

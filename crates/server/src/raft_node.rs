@@ -291,9 +291,17 @@ impl RaftNode {
                 EntryType::EntryNormal => {
                     if !e.data.is_empty() {
                         match InternalRaftRequest::decode(&e.data[..]) {
-                            Ok(req) => {
+                            Ok(mut req) => {
                                 let id = req.id;
-                                let res = apply_request(&mut batch, req);
+                                let res = match req.member_attributes.take() {
+                                    Some(a) => crate::membership::apply_attributes(
+                                        &self.shared,
+                                        &mut batch,
+                                        a,
+                                    )
+                                    .unwrap_or_else(|e| ApplyResult::Err(e.into())),
+                                    None => apply_request(&mut batch, req),
+                                };
                                 results.push((id, res));
                             }
                             Err(err) => {
@@ -360,6 +368,11 @@ impl RaftNode {
         );
         if let Err(e) = self.kv.restore_from(&snap.data) {
             fatal(&format!("failed to restore snapshot: {e}"));
+        }
+        match crate::membership::load(self.kv.backend()) {
+            Ok(m) if !m.is_empty() => *self.shared.members.write() = m,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot load members from the snapshot"),
         }
         // restore_from commits durably; only then may the WAL forget
         // the entries before the snapshot.

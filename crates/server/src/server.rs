@@ -2,7 +2,7 @@
 //! linearizable reads. The gRPC services are thin layers over this.
 
 use crate::apply::ApplyResult;
-use crate::config::{split_urls, Config};
+use crate::config::Config;
 use crate::error::ServerError;
 use crate::ids;
 use crate::raft_node::{RaftInput, RaftNode, RaftNodeConfig};
@@ -36,6 +36,9 @@ pub struct Wait {
 /// State the raft thread publishes for everyone else (lock-free reads).
 pub struct Shared {
     pub wait: Wait,
+    /// Protects the member list. Written by the apply path (publish, and
+    /// later membership changes); read by MemberList and the transport.
+    pub members: RwLock<Vec<Member>>,
     pub term: AtomicU64,
     pub leader: AtomicU64,
     pub is_leader: AtomicBool,
@@ -48,9 +51,6 @@ pub struct EtcdServer {
     pub cfg: Config,
     pub member_id: u64,
     pub cluster_id: u64,
-    /// Protects the member list (static bootstrap for now; membership
-    /// changes will write it from the apply path).
-    pub members: RwLock<Vec<Member>>,
     pub kv: Arc<KvStore>,
     pub backend: Arc<Backend>,
     pub shared: Arc<Shared>,
@@ -196,12 +196,11 @@ impl EtcdServer {
         };
         storage.set_applied(applied, applied_term);
 
-        let mut members = meta.members.clone();
-        let client_urls = split_urls(&cfg.advertise_client_urls);
-        for m in members.iter_mut() {
-            if m.id == meta.member_id {
-                m.client_urls = client_urls.clone();
-            }
+        // The backend's member list (kept current by applied publishes)
+        // wins over the bootstrap list in the WAL metadata.
+        let mut members = crate::membership::load(&backend)?;
+        if members.is_empty() {
+            members = meta.members.clone();
         }
 
         let raft_cfg = raft::Config {
@@ -225,6 +224,7 @@ impl EtcdServer {
 
         let shared = Arc::new(Shared {
             wait: Wait::default(),
+            members: RwLock::new(members.clone()),
             term: AtomicU64::new(0),
             leader: AtomicU64::new(0),
             is_leader: AtomicBool::new(false),
@@ -263,10 +263,9 @@ impl EtcdServer {
             .unwrap_or(0);
         let request_timeout =
             Duration::from_secs(5) + 2 * Duration::from_millis(cfg.election_timeout);
-        Ok(Arc::new(EtcdServer {
+        let server = Arc::new(EtcdServer {
             member_id: meta.member_id,
             cluster_id: meta.cluster_id,
-            members: RwLock::new(members),
             kv,
             backend,
             shared,
@@ -277,7 +276,9 @@ impl EtcdServer {
             ),
             request_timeout,
             cfg,
-        }))
+        });
+        tokio::spawn(crate::membership::publish(server.clone()));
+        Ok(server)
     }
 
     pub fn header(&self, revision: i64) -> ResponseHeader {

@@ -19,6 +19,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MemberListResponse>, Status> {
         let members = self
             .server
+            .shared
             .members
             .read()
             .iter()

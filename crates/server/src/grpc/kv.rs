@@ -99,6 +99,16 @@ impl Kv for KvService {
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let req = request.into_inner();
         validate::check_txn(&req, self.server.cfg.max_txn_ops as usize)?;
+        // As etcd: a txn that writes nothing is served from the local store
+        // (after a ReadIndex unless every range is serializable).
+        if retcd_mvcc::is_txn_read_only(&req) {
+            if !retcd_mvcc::is_txn_serializable(&req) {
+                self.server.linearizable_read_notify().await?;
+            }
+            let mut resp = self.server.kv.read_txn(&req).map_err(ServerError::from)?;
+            self.fill(&mut resp.header);
+            return Ok(Response::new(resp));
+        }
         match self
             .propose(InternalRaftRequest {
                 txn: Some(req),

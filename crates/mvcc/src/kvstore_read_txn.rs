@@ -1,0 +1,120 @@
+//! Read-only txns served from the committed state, as etcd serves them:
+//! no raft round, no write batch. Every compare and range of the txn reads
+//! the same committed revision.
+
+use retcd_api::etcdserverpb::{
+    compare, request_op, response_op, RangeRequest, RangeResponse, ResponseHeader, ResponseOp,
+    TxnRequest, TxnResponse,
+};
+use retcd_api::mvccpb::KeyValue;
+use retcd_storage::backend::KEY;
+
+use crate::kvstore::KvStore;
+use crate::kvstore_txn::compare_kv;
+use crate::range;
+use crate::MvccError;
+
+/// Whether no branch of `req` (or of a nested txn) writes.
+pub fn is_txn_read_only(req: &TxnRequest) -> bool {
+    req.success
+        .iter()
+        .chain(&req.failure)
+        .all(|o| match &o.request {
+            Some(request_op::Request::RequestPut(_))
+            | Some(request_op::Request::RequestDeleteRange(_)) => false,
+            Some(request_op::Request::RequestTxn(t)) => is_txn_read_only(t),
+            _ => true,
+        })
+}
+
+/// Whether every range in `req` (recursively) asks for a serializable read.
+pub fn is_txn_serializable(req: &TxnRequest) -> bool {
+    req.success
+        .iter()
+        .chain(&req.failure)
+        .all(|o| match &o.request {
+            Some(request_op::Request::RequestRange(r)) => r.serializable,
+            Some(request_op::Request::RequestTxn(t)) => is_txn_serializable(t),
+            _ => true,
+        })
+}
+
+impl KvStore {
+    /// Evaluates a read-only txn (see [`is_txn_read_only`]) at the last
+    /// committed revision. A txn with a put or delete gets an error.
+    pub fn read_txn(&self, req: &TxnRequest) -> Result<TxnResponse, MvccError> {
+        if !is_txn_read_only(req) {
+            return Err(MvccError::Backend("read_txn: txn writes".into()));
+        }
+        let p = self.published.read().clone();
+        let table = p.snapshot.open_table(KEY)?;
+        let range = |r: &RangeRequest| -> Result<RangeResponse, MvccError> {
+            let plan = {
+                let index = self.index.read();
+                range::plan(&index, r, p.rev, p.compact_rev)?
+            };
+            range::fetch(&table, r, plan)
+        };
+        let resp = eval(req, &range)?;
+        Ok(TxnResponse {
+            header: Some(ResponseHeader {
+                revision: p.rev,
+                ..Default::default()
+            }),
+            ..resp
+        })
+    }
+}
+
+fn eval(
+    req: &TxnRequest,
+    range: &dyn Fn(&RangeRequest) -> Result<RangeResponse, MvccError>,
+) -> Result<TxnResponse, MvccError> {
+    let mut succeeded = true;
+    for c in &req.compare {
+        let rr = range(&RangeRequest {
+            key: c.key.clone(),
+            range_end: c.range_end.clone(),
+            ..Default::default()
+        })?;
+        let target = compare::CompareTarget::try_from(c.target).ok();
+        let ok = if rr.kvs.is_empty() {
+            target != Some(compare::CompareTarget::Value)
+                && compare_kv(c, target, &KeyValue::default())
+        } else {
+            rr.kvs.iter().all(|kv| compare_kv(c, target, kv))
+        };
+        if !ok {
+            succeeded = false;
+            break;
+        }
+    }
+    let ops = if succeeded {
+        &req.success
+    } else {
+        &req.failure
+    };
+    let mut responses = Vec::with_capacity(ops.len());
+    for o in ops {
+        let response = match &o.request {
+            Some(request_op::Request::RequestRange(r)) => {
+                Some(response_op::Response::ResponseRange(range(r)?))
+            }
+            Some(request_op::Request::RequestTxn(t)) => {
+                let r = eval(t, range)?;
+                Some(response_op::Response::ResponseTxn(TxnResponse {
+                    header: Some(ResponseHeader::default()),
+                    ..r
+                }))
+            }
+            Some(_) => return Err(MvccError::Backend("read_txn: txn writes".into())),
+            None => None,
+        };
+        responses.push(ResponseOp { response });
+    }
+    Ok(TxnResponse {
+        header: None,
+        succeeded,
+        responses,
+    })
+}
