@@ -16,6 +16,7 @@ pub fn router(server: Arc<EtcdServer>) -> Router {
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/version", get(version))
+        .route("/metrics", get(metrics))
         .with_state(server)
 }
 
@@ -54,4 +55,24 @@ async fn version() -> Json<serde_json::Value> {
         "etcdcluster": ETCD_CLUSTER_VERSION,
         "retcd": env!("CARGO_PKG_VERSION"),
     }))
+}
+
+async fn metrics(State(s): State<Arc<EtcdServer>>) -> String {
+    use std::sync::atomic::Ordering;
+    let m = &s.shared.metrics;
+    let leader = s.leader();
+    m.has_leader.set((leader != 0) as i64);
+    m.is_leader
+        .set((leader != 0 && leader == s.member_id) as i64);
+    m.proposals_committed
+        .set(s.shared.commit_index.load(Ordering::Acquire) as i64);
+    m.proposals_applied
+        .set(s.shared.applied_index.load(Ordering::Acquire) as i64);
+    m.proposals_pending
+        .set(s.shared.wait.waiters.lock().len() as i64);
+    m.db_total_size.set(s.backend.size() as i64);
+    m.db_total_size_in_use.set(s.backend.size_in_use() as i64);
+    m.current_revision.set(s.kv.current_revision());
+    m.compact_revision.set(s.kv.compact_revision());
+    m.render()
 }

@@ -9,6 +9,7 @@ pub mod http;
 pub mod ids;
 pub mod log;
 pub mod membership;
+pub mod metrics;
 pub mod raft_node;
 pub mod raft_storage;
 pub mod run;

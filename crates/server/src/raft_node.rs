@@ -140,9 +140,13 @@ impl RaftNode {
             }
             let st = &self.raw.raft;
             if st.leader_id != leader {
+                if st.leader_id != 0 {
+                    self.shared.metrics.leader_changes.inc();
+                }
                 leader = st.leader_id;
                 // Reads issued under the old leader may never be answered.
                 for (_, ws) in reads.inflight.drain() {
+                    self.shared.metrics.read_indexes_failed.inc();
                     for w in ws {
                         let _ = w.send(Err(ServerError::LeaderChanged));
                     }
@@ -166,6 +170,7 @@ impl RaftNode {
         match input {
             RaftInput::Propose { id, data } => {
                 if let Err(e) = self.raw.propose(vec![], data) {
+                    self.shared.metrics.proposals_failed.inc();
                     let err = match e {
                         raft::Error::ProposalDropped => ServerError::NoLeader,
                         other => ServerError::Internal(other.to_string()),
@@ -216,9 +221,14 @@ impl RaftNode {
             let hs_bytes = hs
                 .as_ref()
                 .map(|h| h.write_to_bytes().expect("encode hard state"));
+            let started = Instant::now();
             if let Err(e) = self.wal.save(hs_bytes.as_deref(), &wal_entries) {
                 fatal(&format!("failed to save to the WAL: {e}"));
             }
+            self.shared
+                .metrics
+                .wal_fsync
+                .observe(started.elapsed().as_secs_f64());
             self.storage.append(&entries);
             if let Some(h) = hs {
                 self.storage.set_hard_state(h);
@@ -336,9 +346,14 @@ impl RaftNode {
             drop(batch);
             return 0;
         }
+        let started = Instant::now();
         if let Err(e) = batch.commit(false) {
             fatal(&format!("failed to commit to the backend: {e}"));
         }
+        self.shared
+            .metrics
+            .backend_commit
+            .observe(started.elapsed().as_secs_f64());
         self.storage.set_applied(last.0, last.1);
         self.shared.applied_index.store(last.0, Ordering::Release);
         for (id, res) in results {
@@ -350,9 +365,14 @@ impl RaftNode {
     fn commit_durable(&mut self) {
         match self.kv.begin_batch() {
             Ok(b) => {
+                let started = Instant::now();
                 if let Err(e) = b.commit(true) {
                     fatal(&format!("failed to commit to the backend durably: {e}"));
                 }
+                self.shared
+                    .metrics
+                    .backend_commit
+                    .observe(started.elapsed().as_secs_f64());
             }
             Err(e) => fatal(&format!("failed to begin a backend batch: {e}")),
         }

@@ -36,6 +36,7 @@ pub struct Wait {
 /// State the raft thread publishes for everyone else (lock-free reads).
 pub struct Shared {
     pub wait: Wait,
+    pub metrics: crate::metrics::Metrics,
     /// Protects the member list. Written by the apply path (publish, and
     /// later membership changes); read by MemberList and the transport.
     pub members: RwLock<Vec<Member>>,
@@ -224,6 +225,7 @@ impl EtcdServer {
 
         let shared = Arc::new(Shared {
             wait: Wait::default(),
+            metrics: crate::metrics::Metrics::new(),
             members: RwLock::new(members.clone()),
             term: AtomicU64::new(0),
             leader: AtomicU64::new(0),
