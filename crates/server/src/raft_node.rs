@@ -26,6 +26,7 @@ use prost::Message as _;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, SnapshotStatus, StateRole};
+use retcd_api::mvccpb::Event;
 use retcd_api::retcdpb::InternalRaftRequest;
 use retcd_mvcc::KvStore;
 use retcd_storage::wal::{Wal, WalEntry, WalSnapshot};
@@ -346,6 +347,7 @@ impl RaftNode {
             drop(batch);
             return 0;
         }
+        let events = batch.take_events();
         let started = Instant::now();
         if let Err(e) = batch.commit(false) {
             fatal(&format!("failed to commit to the backend: {e}"));
@@ -356,11 +358,22 @@ impl RaftNode {
             .observe(started.elapsed().as_secs_f64());
         self.storage.set_applied(last.0, last.1);
         self.shared.applied_index.store(last.0, Ordering::Release);
+        self.after_commit(events);
         for (id, res) in results {
             self.shared.wait.trigger(id, Ok(res));
         }
         n
     }
+
+    /// Hands the events of a committed batch (in revision order) to the
+    /// parts that follow the key space: lease attachments and watchers.
+    /// Must not block.
+    fn after_commit(&self, events: Vec<(i64, Event)>) {
+        let _ = events;
+    }
+
+    /// Called after the store was replaced by a snapshot from the leader.
+    fn after_restore(&self) {}
 
     fn commit_durable(&mut self) {
         match self.kv.begin_batch() {
