@@ -425,6 +425,7 @@ impl RaftNode {
             .applied_index
             .store(meta.index, Ordering::Release);
         self.storage.apply_snapshot_meta(meta);
+        self.after_restore();
     }
 
     /// Every `--snapshot-count` applied entries: make the backend durable,
