@@ -2,9 +2,12 @@
 //! become statuses only in `error_map`.
 
 pub mod cluster;
+pub mod election;
 pub mod error_map;
 pub mod kv;
+pub mod lock;
 pub mod maintenance;
+pub mod v3client;
 pub mod validate;
 
 use crate::config::GRPC_OVERHEAD_BYTES;
@@ -17,8 +20,8 @@ use retcd_api::etcdserverpb::{
     maintenance_server::MaintenanceServer,
     watch_server::{Watch, WatchServer},
 };
-use retcd_api::v3electionpb::election_server::{Election, ElectionServer};
-use retcd_api::v3lockpb::lock_server::{Lock, LockServer};
+use retcd_api::v3electionpb::election_server::ElectionServer;
+use retcd_api::v3lockpb::lock_server::LockServer;
 use std::sync::Arc;
 use tonic::service::Routes;
 
@@ -28,8 +31,6 @@ pub struct NotYet;
 impl Watch for NotYet {}
 impl Lease for NotYet {}
 impl Auth for NotYet {}
-impl Lock for NotYet {}
-impl Election for NotYet {}
 
 /// All client-facing gRPC services, sized like etcd's: a request up to
 /// `--max-request-bytes` + 512 KiB reaches the server's own check.
@@ -60,7 +61,17 @@ pub fn routes(server: &Arc<EtcdServer>) -> Routes {
     b.add_service(WatchServer::new(NotYet).max_decoding_message_size(recv));
     b.add_service(LeaseServer::new(NotYet).max_decoding_message_size(recv));
     b.add_service(AuthServer::new(NotYet).max_decoding_message_size(recv));
-    b.add_service(LockServer::new(NotYet).max_decoding_message_size(recv));
-    b.add_service(ElectionServer::new(NotYet).max_decoding_message_size(recv));
+    // Lock and election are clients of this server, as in etcd.
+    let own = v3client::self_channel(server);
+    b.add_service(
+        LockServer::new(lock::LockService {
+            channel: own.clone(),
+        })
+        .max_decoding_message_size(recv),
+    );
+    b.add_service(
+        ElectionServer::new(election::ElectionService { channel: own })
+            .max_decoding_message_size(recv),
+    );
     b.routes()
 }
