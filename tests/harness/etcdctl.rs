@@ -32,7 +32,21 @@ pub fn etcdctl(endpoints: &[String], args: &[&str]) -> Output {
 
 /// Like [`etcdctl`], feeding `stdin` (e.g. the interactive `txn` form).
 pub fn etcdctl_with_stdin(endpoints: &[String], args: &[&str], stdin: Option<&str>) -> Output {
-    let mut cmd = Command::new(etcdctl_bin());
+    run_etcdctl(&etcdctl_bin(), endpoints, args, stdin)
+}
+
+/// Like [`etcdctl`] with etcdctl 3.5 ([`crate::binaries::etcdctl35_bin`]).
+pub fn etcdctl35(endpoints: &[String], args: &[&str]) -> Output {
+    run_etcdctl(&crate::binaries::etcdctl35_bin(), endpoints, args, None)
+}
+
+fn run_etcdctl(
+    bin: &std::path::Path,
+    endpoints: &[String],
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Output {
+    let mut cmd = Command::new(bin);
     cmd.env("ETCDCTL_API", "3")
         .env_remove("ETCDCTL_ENDPOINTS")
         .arg(format!("--endpoints={}", endpoints.join(",")))

@@ -23,9 +23,9 @@ pub mod ports;
 pub mod process;
 pub mod wal;
 
-pub use binaries::{etcd_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor};
+pub use binaries::{etcd_bin, etcdctl35_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor};
 pub use cluster::Cluster;
-pub use etcdctl::{etcdctl, etcdctl_with_stdin, Output};
+pub use etcdctl::{etcdctl, etcdctl35, etcdctl_with_stdin, Output};
 pub use http::{http_get, HttpResponse};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};
 pub use process::Member;

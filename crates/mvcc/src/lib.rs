@@ -6,6 +6,9 @@
 //! * [`kvstore`]: [`KvStore`], values in the backend's `key` table, reads
 //!   from any thread; [`WriteBatch`] (in `kvstore_txn`) applies writes.
 //!
+//! * [`watchable_store`]: [`WatchableStore`], watchers fed by the apply
+//!   thread (synced), caught up from history (unsynced), or parked (victims).
+//!
 //! See [`KvStore`] for the locks and the on-disk format.
 
 pub mod hash;
@@ -17,6 +20,9 @@ mod kvstore_read_txn;
 mod kvstore_txn;
 mod range;
 pub mod revision;
+mod watch_history;
+pub mod watchable_store;
+pub mod watcher_group;
 
 pub use index::{KeyRange, TreeIndex};
 pub use key_index::{Generation, KeyIndex, RevisionNotFound};
@@ -24,6 +30,8 @@ pub use kvstore::KvStore;
 pub use kvstore_read_txn::{is_txn_read_only, is_txn_serializable};
 pub use kvstore_txn::WriteBatch;
 pub use revision::Revision;
+pub use watchable_store::{SinkError, WatchSink, WatchStream, WatchableStore};
+pub use watcher_group::{WatchError, WatchId, WatchOptions, WatchRange};
 
 /// Tells the store whether a lease exists (implemented by the lessor).
 pub trait LeaseLookup {
@@ -101,3 +109,5 @@ from_redb!(
 mod kvstore_test;
 #[cfg(test)]
 mod model_test;
+#[cfg(test)]
+mod watchable_store_test;

@@ -3,10 +3,13 @@
 
 use crate::error::ServerError;
 use retcd_api::etcdserverpb::{
-    CompactionResponse, DeleteRangeResponse, PutResponse, RangeResponse, TxnResponse,
+    request_op, response_op, CompactionResponse, DeleteRangeResponse, LeaseGrantResponse,
+    LeaseRevokeResponse, PutRequest, PutResponse, RangeResponse, ResponseHeader, TxnRequest,
+    TxnResponse,
 };
 use retcd_api::retcdpb::InternalRaftRequest;
-use retcd_mvcc::{NoLeases, WriteBatch};
+use retcd_lease::Lessor;
+use retcd_mvcc::WriteBatch;
 
 /// The outcome of applying one request, handed to the proposer.
 #[derive(Debug)]
@@ -16,22 +19,106 @@ pub enum ApplyResult {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    LeaseGrant(LeaseGrantResponse),
+    LeaseRevoke(LeaseRevokeResponse),
     /// Applied; nothing to return (publish).
     Empty,
     /// The request was applied and failed deterministically (on every member).
     Err(ServerError),
 }
 
-pub fn apply_request(batch: &mut WriteBatch<'_>, req: InternalRaftRequest) -> ApplyResult {
-    // Leases arrive with the lease issue; until then no lease exists, so a
-    // put with a lease gets etcd's "requested lease not found".
-    let leases = NoLeases;
+fn lease_header(batch: &WriteBatch<'_>) -> Option<ResponseHeader> {
+    Some(ResponseHeader {
+        revision: batch.revision(),
+        ..Default::default()
+    })
+}
+
+/// Lease grant, revoke and checkpoint: the lessor changes in memory and in
+/// the batch's backend transaction (the `lease` table).
+fn apply_lease(
+    batch: &mut WriteBatch<'_>,
+    lessor: &Lessor,
+    req: InternalRaftRequest,
+) -> ApplyResult {
+    let res = if let Some(r) = req.lease_grant {
+        lessor.grant(batch.backend_txn(), r.id, r.ttl).map(|ttl| {
+            ApplyResult::LeaseGrant(LeaseGrantResponse {
+                header: lease_header(batch),
+                id: r.id,
+                ttl,
+                error: String::new(),
+            })
+        })
+    } else if let Some(r) = req.lease_revoke {
+        lessor.revoke(batch, r.id).map(|()| {
+            ApplyResult::LeaseRevoke(LeaseRevokeResponse {
+                header: lease_header(batch),
+            })
+        })
+    } else {
+        let mut res = Ok(ApplyResult::Empty);
+        for cp in req.lease_checkpoint.unwrap_or_default().checkpoints {
+            if let Err(e) = lessor.checkpoint(batch.backend_txn(), cp.id, cp.remaining_ttl) {
+                res = Err(e);
+            }
+        }
+        res
+    };
+    res.unwrap_or_else(|e| ApplyResult::Err(ServerError::Lease(e)))
+}
+
+/// Points the keys of applied puts at their leases at once, as etcd's put
+/// does, so a revoke later in the same batch finds them. (Attachments are
+/// also derived from the committed events in `RaftNode::after_commit`,
+/// which covers deletes; both are idempotent.)
+fn attach_put(lessor: &Lessor, req: &PutRequest) {
+    if !req.ignore_lease {
+        lessor.set_key_lease(&req.key, req.lease);
+    }
+}
+
+/// The puts a txn executed: the branch its compares chose, recursively.
+fn attach_txn(lessor: &Lessor, req: &TxnRequest, resp: &TxnResponse) {
+    let ops = if resp.succeeded {
+        &req.success
+    } else {
+        &req.failure
+    };
+    for (op, r) in ops.iter().zip(&resp.responses) {
+        match (&op.request, &r.response) {
+            (Some(request_op::Request::RequestPut(p)), _) => attach_put(lessor, p),
+            (
+                Some(request_op::Request::RequestTxn(t)),
+                Some(response_op::Response::ResponseTxn(tr)),
+            ) => attach_txn(lessor, t, tr),
+            _ => {}
+        }
+    }
+}
+
+pub fn apply_request(
+    batch: &mut WriteBatch<'_>,
+    lessor: &Lessor,
+    req: InternalRaftRequest,
+) -> ApplyResult {
+    if req.lease_grant.is_some() || req.lease_revoke.is_some() || req.lease_checkpoint.is_some() {
+        return apply_lease(batch, lessor, req);
+    }
     let res = if let Some(r) = req.put {
-        batch.put(&r, &leases).map(ApplyResult::Put)
+        let res = batch.put(&r, lessor);
+        if res.is_ok() {
+            attach_put(lessor, &r);
+        }
+        res.map(ApplyResult::Put)
     } else if let Some(r) = req.delete_range {
         batch.delete_range(&r).map(ApplyResult::DeleteRange)
     } else if let Some(r) = req.txn {
-        batch.txn(&r, &leases).map(ApplyResult::Txn)
+        let res = batch.txn(&r, lessor);
+        if let Ok(resp) = &res {
+            attach_txn(lessor, &r, resp);
+        }
+        res.map(ApplyResult::Txn)
     } else if let Some(r) = req.compaction {
         batch
             .compact(r.revision, r.physical)

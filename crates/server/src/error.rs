@@ -7,6 +7,8 @@ use retcd_mvcc::MvccError;
 pub enum ServerError {
     #[error("{0}")]
     Mvcc(#[from] MvccError),
+    #[error("{0}")]
+    Lease(#[from] retcd_lease::LeaseError),
     #[error("etcdserver: key is not provided")]
     EmptyKey,
     #[error("etcdserver: value is provided")]

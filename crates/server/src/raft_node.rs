@@ -76,11 +76,26 @@ pub struct RaftNode {
     pub snapshot_index: u64,
 }
 
+/// How often an unanswered ReadIndex is sent again (etcd: 500 ms).
+const READ_INDEX_RETRY: Duration = Duration::from_millis(500);
+/// An unanswered ReadIndex is given up after this long (its callers have
+/// timed out by then).
+const READ_INDEX_GIVE_UP: Duration = Duration::from_secs(30);
+
+struct InflightRead {
+    first_sent: Instant,
+    last_sent: Instant,
+    waiters: Vec<oneshot::Sender<Result<(), ServerError>>>,
+}
+
 struct Reads {
     /// Reads waiting for the next ReadIndex to be issued.
     pending: Vec<oneshot::Sender<Result<(), ServerError>>>,
-    /// ReadIndex requests in flight, by context.
-    inflight: HashMap<u64, Vec<oneshot::Sender<Result<(), ServerError>>>>,
+    /// ReadIndex requests in flight, by context: (first sent, last sent,
+    /// waiters). Re-sent every `READ_INDEX_RETRY` until answered (raft drops
+    /// them while there is no leader, or before the leader has committed
+    /// an entry of its term), as etcd does.
+    inflight: HashMap<u64, InflightRead>,
     /// Reads whose index is known, waiting for applied ≥ index.
     waiting: Vec<(u64, Vec<oneshot::Sender<Result<(), ServerError>>>)>,
     next_ctx: u64,
@@ -99,6 +114,8 @@ impl RaftNode {
         let mut undurable_ops: u64 = 0;
         let mut stop: Option<oneshot::Sender<()>> = None;
         let mut leader = 0u64;
+        // Whether the lessor is primary (see the promote below).
+        let mut lessor_primary = false;
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(timeout) {
@@ -124,10 +141,17 @@ impl RaftNode {
                 let ctx = reads.next_ctx;
                 reads.next_ctx += 1;
                 self.raw.read_index(ctx.to_be_bytes().to_vec());
-                reads
-                    .inflight
-                    .insert(ctx, std::mem::take(&mut reads.pending));
+                let now = Instant::now();
+                reads.inflight.insert(
+                    ctx,
+                    InflightRead {
+                        first_sent: now,
+                        last_sent: now,
+                        waiters: std::mem::take(&mut reads.pending),
+                    },
+                );
             }
+            self.retry_reads(&mut reads);
             if self.raw.has_ready() {
                 let applied = self.on_ready(&mut reads);
                 undurable_ops += applied;
@@ -145,12 +169,21 @@ impl RaftNode {
                     self.shared.metrics.leader_changes.inc();
                 }
                 leader = st.leader_id;
-                // Reads issued under the old leader may never be answered.
-                for (_, ws) in reads.inflight.drain() {
-                    self.shared.metrics.read_indexes_failed.inc();
-                    for w in ws {
-                        let _ = w.send(Err(ServerError::LeaderChanged));
-                    }
+            }
+            // The lessor is primary once this member leads and has applied
+            // an entry of its own term (etcd promotes on applying the new
+            // leader's empty entry), so revokes of the old term come first;
+            // it extends every lease by an election timeout before any
+            // expires. Losing leadership stops expiry at once.
+            let st = &self.raw.raft;
+            let primary = st.state == StateRole::Leader && self.storage.applied().1 == st.term;
+            if primary != lessor_primary {
+                lessor_primary = primary;
+                if primary {
+                    let extend = self.cfg.tick * st.election_timeout() as u32;
+                    self.shared.lessor.promote(extend);
+                } else {
+                    self.shared.lessor.demote();
                 }
             }
             self.publish_status();
@@ -243,8 +276,8 @@ impl RaftNode {
             if rs.request_ctx.len() == 8 {
                 ctx.copy_from_slice(&rs.request_ctx);
             }
-            if let Some(ws) = reads.inflight.remove(&u64::from_be_bytes(ctx)) {
-                reads.waiting.push((rs.index, ws));
+            if let Some(r) = reads.inflight.remove(&u64::from_be_bytes(ctx)) {
+                reads.waiting.push((rs.index, r.waiters));
             }
         }
         let mut applied = self.apply_entries(rd.take_committed_entries());
@@ -260,6 +293,28 @@ impl RaftNode {
         self.answer_reads(reads);
         self.maybe_snapshot();
         applied
+    }
+
+    /// Sends unanswered ReadIndex requests again; gives up on very old ones.
+    fn retry_reads(&mut self, reads: &mut Reads) {
+        let now = Instant::now();
+        let mut give_up = Vec::new();
+        for (ctx, r) in reads.inflight.iter_mut() {
+            if now.duration_since(r.first_sent) >= READ_INDEX_GIVE_UP {
+                give_up.push(*ctx);
+            } else if now.duration_since(r.last_sent) >= READ_INDEX_RETRY {
+                r.last_sent = now;
+                self.raw.read_index(ctx.to_be_bytes().to_vec());
+            }
+        }
+        for ctx in give_up {
+            if let Some(r) = reads.inflight.remove(&ctx) {
+                self.shared.metrics.read_indexes_failed.inc();
+                for w in r.waiters {
+                    let _ = w.send(Err(ServerError::Timeout));
+                }
+            }
+        }
     }
 
     fn answer_reads(&mut self, reads: &mut Reads) {
@@ -311,7 +366,7 @@ impl RaftNode {
                                         a,
                                     )
                                     .unwrap_or_else(|e| ApplyResult::Err(e.into())),
-                                    None => apply_request(&mut batch, req),
+                                    None => apply_request(&mut batch, &self.shared.lessor, req),
                                 };
                                 results.push((id, res));
                             }
@@ -369,11 +424,19 @@ impl RaftNode {
     /// parts that follow the key space: lease attachments and watchers.
     /// Must not block.
     fn after_commit(&self, events: Vec<(i64, Event)>) {
-        let _ = events;
+        self.shared
+            .lessor
+            .apply_events(events.iter().map(|(_, e)| e));
+        self.shared.watch.notify(self.kv.current_revision(), events);
     }
 
     /// Called after the store was replaced by a snapshot from the leader.
-    fn after_restore(&self) {}
+    fn after_restore(&self) {
+        if let Err(e) = self.shared.lessor.recover(&self.kv) {
+            fatal(&format!("failed to recover leases from the snapshot: {e}"));
+        }
+        self.shared.watch.restore();
+    }
 
     fn commit_durable(&mut self) {
         match self.kv.begin_batch() {

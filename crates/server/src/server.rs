@@ -46,6 +46,10 @@ pub struct Shared {
     pub commit_index: AtomicU64,
     pub applied_index: AtomicU64,
     pub raft_index: AtomicU64,
+    /// Every lease and its keys; primary (expiring) on the leader only.
+    pub lessor: Arc<retcd_lease::Lessor>,
+    /// The watchers; fed by the raft thread after each commit.
+    pub watch: Arc<retcd_mvcc::WatchableStore>,
 }
 
 pub struct EtcdServer {
@@ -223,6 +227,24 @@ impl EtcdServer {
         let raw = raft::RawNode::new(&raft_cfg, storage.clone(), &logger)
             .map_err(|e| anyhow::anyhow!("cannot start raft: {e}"))?;
 
+        // etcd's minTTL: ⌈(3 × election ticks / 2) × heartbeat⌉ in seconds.
+        let min_ttl_ms = (3 * cfg.election_ticks() as u64 / 2) * cfg.heartbeat_interval;
+        let request_timeout =
+            Duration::from_secs(5) + 2 * Duration::from_millis(cfg.election_timeout);
+        let lessor = Arc::new(retcd_lease::Lessor::new(
+            retcd_lease::LessorConfig {
+                min_lease_ttl: min_ttl_ms.div_ceil(1000) as i64,
+                checkpoint_interval: cfg
+                    .experimental_enable_lease_checkpoint
+                    .then_some(cfg.experimental_lease_checkpoint_interval),
+                expired_leases_retry_interval: request_timeout,
+            },
+            Arc::new(retcd_lease::SystemClock),
+        ));
+        lessor
+            .recover(&kv)
+            .map_err(|e| anyhow::anyhow!("cannot recover leases: {e}"))?;
+        transport.set_lessor(lessor.clone());
         let shared = Arc::new(Shared {
             wait: Wait::default(),
             metrics: crate::metrics::Metrics::new(),
@@ -233,6 +255,8 @@ impl EtcdServer {
             commit_index: AtomicU64::new(0),
             applied_index: AtomicU64::new(applied),
             raft_index: AtomicU64::new(0),
+            lessor,
+            watch: retcd_mvcc::WatchableStore::new(kv.clone()),
         });
         let (tx, rx) = mpsc::channel();
         transport.set_peers(meta.member_id, &members, tx.clone());
@@ -263,8 +287,6 @@ impl EtcdServer {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        let request_timeout =
-            Duration::from_secs(5) + 2 * Duration::from_millis(cfg.election_timeout);
         let server = Arc::new(EtcdServer {
             member_id: meta.member_id,
             cluster_id: meta.cluster_id,
@@ -280,6 +302,7 @@ impl EtcdServer {
             cfg,
         });
         tokio::spawn(crate::membership::publish(server.clone()));
+        tokio::spawn(crate::grpc::lease::run_lessor(server.clone()));
         Ok(server)
     }
 
@@ -299,11 +322,21 @@ impl EtcdServer {
             .map_err(|_| ServerError::Stopped)
     }
 
+    /// A fresh id from etcd's request id generator (also used for
+    /// server-assigned lease IDs).
+    pub fn next_request_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed) & ((1 << 48) - 1)
+            | ((self.member_id & 0xffff) << 48)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
     /// Proposes `req` through raft and waits until it is committed and
     /// applied on this member; the result is what the apply produced.
     pub async fn propose(&self, mut req: InternalRaftRequest) -> Result<ApplyResult, ServerError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) & ((1 << 48) - 1)
-            | ((self.member_id & 0xffff) << 48);
+        let id = self.next_request_id();
         req.id = id;
         let data = req.encode_to_vec();
         if data.len() as u64 > self.cfg.max_request_bytes {

@@ -11,6 +11,9 @@ use crate::raft_node::RaftInput;
 use parking_lot::RwLock;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
+use retcd_api::etcdserverpb::{
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+};
 use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
 use retcd_api::retcdpb::raft_peer_server::{RaftPeer, RaftPeerServer};
 use retcd_api::retcdpb::{Member, MembersRequest, MembersResponse, RaftAck, RaftBatch};
@@ -42,6 +45,9 @@ struct Inner {
     /// Protects this member's id, the cluster id and the member list
     /// answered on `Members`.
     view: RwLock<(u64, u64, Vec<Member>)>,
+    /// Protects the lessor handle (set once at start) that answers
+    /// forwarded lease keepalives and TimeToLive.
+    lessor: RwLock<Option<Arc<retcd_lease::Lessor>>>,
 }
 
 impl Transport {
@@ -71,6 +77,10 @@ impl Transport {
         let mut view = self.inner.view.write();
         view.0 = self_id;
         view.2 = members.to_vec();
+    }
+
+    pub fn set_lessor(&self, lessor: Arc<retcd_lease::Lessor>) {
+        *self.inner.lessor.write() = Some(lessor);
     }
 
     pub fn set_cluster_id(&self, cluster_id: u64) {
@@ -190,6 +200,16 @@ pub struct PeerService {
     inner: Arc<Inner>,
 }
 
+impl PeerService {
+    fn lessor(&self) -> Result<Arc<retcd_lease::Lessor>, Status> {
+        self.inner
+            .lessor
+            .read()
+            .clone()
+            .ok_or_else(|| Status::unavailable("retcd: lessor is not started"))
+    }
+}
+
 #[tonic::async_trait]
 impl RaftPeer for PeerService {
     async fn stream(
@@ -217,6 +237,32 @@ impl RaftPeer for PeerService {
             }
         }
         Ok(Response::new(RaftAck {}))
+    }
+
+    async fn lease_renew(
+        &self,
+        request: Request<LeaseKeepAliveRequest>,
+    ) -> Result<Response<LeaseKeepAliveResponse>, Status> {
+        let lessor = self.lessor()?;
+        let id = request.into_inner().id;
+        let ttl = crate::grpc::lease::renew_on_leader(&lessor, id)
+            .await
+            .map_err(crate::grpc::lease::peer_status)?;
+        Ok(Response::new(LeaseKeepAliveResponse {
+            header: None,
+            id,
+            ttl,
+        }))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        request: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        let lessor = self.lessor()?;
+        let resp = crate::grpc::lease::time_to_live_on_leader(&lessor, &request.into_inner())
+            .map_err(crate::grpc::lease::peer_status)?;
+        Ok(Response::new(resp))
     }
 
     async fn members(

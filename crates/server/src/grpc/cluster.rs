@@ -32,7 +32,8 @@ impl Cluster for ClusterService {
             })
             .collect();
         Ok(Response::new(MemberListResponse {
-            header: Some(self.server.header(self.server.kv.current_revision())),
+            // etcd's MemberList header carries no revision.
+            header: Some(self.server.header(0)),
             members,
         }))
     }

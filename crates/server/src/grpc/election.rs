@@ -151,7 +151,7 @@ impl Election for ElectionService {
                     }
                 };
                 let (mut header, kv) = match resp.kvs.first() {
-                    Some(kv) => (resp.header.clone().unwrap_or_default(), kv.clone()),
+                    Some(kv) => (resp.header.unwrap_or_default(), kv.clone()),
                     None => {
                         // No leader yet: wait for the first put under the prefix.
                         let rev = resp.header.as_ref().map_or(0, |h| h.revision);
@@ -173,7 +173,7 @@ impl Election for ElectionService {
                                         wr.events.iter().find(|e| e.r#type == EventType::Put as i32)
                                     {
                                         let kv = ev.kv.clone().unwrap_or_default();
-                                        let mut h = wr.header.clone().unwrap_or_default();
+                                        let mut h = wr.header.unwrap_or_default();
                                         h.revision = kv.mod_revision;
                                         found = Some((h, kv));
                                     }
@@ -186,7 +186,7 @@ impl Election for ElectionService {
                 };
                 if tx
                     .send(Ok(LeaderResponse {
-                        header: Some(header.clone()),
+                        header: Some(header),
                         kv: Some(kv.clone()),
                     }))
                     .await
@@ -214,10 +214,10 @@ impl Election for ElectionService {
                                 if ev.r#type == EventType::Delete as i32 {
                                     break 'leader;
                                 }
-                                header = wr.header.clone().unwrap_or_default();
+                                header = wr.header.unwrap_or_default();
                                 if tx
                                     .send(Ok(LeaderResponse {
-                                        header: Some(header.clone()),
+                                        header: Some(header),
                                         kv: ev.kv.clone(),
                                     }))
                                     .await

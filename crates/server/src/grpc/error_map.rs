@@ -2,6 +2,7 @@
 //! messages (etcd's `rpctypes` table).
 
 use crate::error::ServerError;
+use retcd_lease::LeaseError;
 use retcd_mvcc::MvccError;
 use tonic::{Code, Status};
 
@@ -16,6 +17,12 @@ pub fn to_status(err: ServerError) -> Status {
             }
             _ => Code::Unknown,
         },
+        E::Lease(l) => match l {
+            LeaseError::NotFound => Code::NotFound,
+            LeaseError::Exists => Code::FailedPrecondition,
+            LeaseError::TtlTooLarge => Code::OutOfRange,
+            LeaseError::NotPrimary | LeaseError::Expired | LeaseError::Backend(_) => Code::Unknown,
+        },
         E::EmptyKey
         | E::ValueProvided
         | E::LeaseProvided
@@ -29,6 +36,10 @@ pub fn to_status(err: ServerError) -> Status {
     let msg = match &err {
         // etcd prefixes mvcc's own errors with "etcdserver: " on the wire.
         E::Mvcc(m @ (MvccError::Compacted | MvccError::FutureRev)) => format!("etcdserver: {m}"),
+        // etcd's rpctypes texts for the lessor's errors.
+        E::Lease(LeaseError::NotFound) => "etcdserver: requested lease not found".into(),
+        E::Lease(LeaseError::Exists) => "etcdserver: lease already exists".into(),
+        E::Lease(LeaseError::TtlTooLarge) => "etcdserver: too large lease TTL".into(),
         other => other.to_string(),
     };
     Status::new(code, msg)
@@ -59,6 +70,15 @@ mod tests {
         let s = to_status(ServerError::Mvcc(MvccError::LeaseNotFound));
         assert_eq!(s.code(), Code::NotFound);
         assert_eq!(s.message(), "etcdserver: requested lease not found");
+        let s = to_status(ServerError::Lease(LeaseError::NotFound));
+        assert_eq!(s.code(), Code::NotFound);
+        assert_eq!(s.message(), "etcdserver: requested lease not found");
+        let s = to_status(ServerError::Lease(LeaseError::Exists));
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(s.message(), "etcdserver: lease already exists");
+        let s = to_status(ServerError::Lease(LeaseError::TtlTooLarge));
+        assert_eq!(s.code(), Code::OutOfRange);
+        assert_eq!(s.message(), "etcdserver: too large lease TTL");
         let s = to_status(ServerError::RequestTooLarge);
         assert_eq!(s.code(), Code::InvalidArgument);
         assert_eq!(s.message(), "etcdserver: request is too large");

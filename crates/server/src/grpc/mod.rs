@@ -5,10 +5,12 @@ pub mod cluster;
 pub mod election;
 pub mod error_map;
 pub mod kv;
+pub mod lease;
 pub mod lock;
 pub mod maintenance;
 pub mod v3client;
 pub mod validate;
+pub mod watch;
 
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::server::EtcdServer;
@@ -16,9 +18,9 @@ use retcd_api::etcdserverpb::{
     auth_server::{Auth, AuthServer},
     cluster_server::ClusterServer,
     kv_server::KvServer,
-    lease_server::{Lease, LeaseServer},
+    lease_server::LeaseServer,
     maintenance_server::MaintenanceServer,
-    watch_server::{Watch, WatchServer},
+    watch_server::WatchServer,
 };
 use retcd_api::v3electionpb::election_server::ElectionServer;
 use retcd_api::v3lockpb::lock_server::LockServer;
@@ -28,8 +30,6 @@ use tonic::service::Routes;
 /// Services whose methods arrive in later issues: every method answers
 /// UNIMPLEMENTED ("retcd: this method is not implemented yet").
 pub struct NotYet;
-impl Watch for NotYet {}
-impl Lease for NotYet {}
 impl Auth for NotYet {}
 
 /// All client-facing gRPC services, sized like etcd's: a request up to
@@ -58,8 +58,16 @@ pub fn routes(server: &Arc<EtcdServer>) -> Routes {
         })
         .max_decoding_message_size(recv),
     );
-    b.add_service(WatchServer::new(NotYet).max_decoding_message_size(recv));
-    b.add_service(LeaseServer::new(NotYet).max_decoding_message_size(recv));
+    b.add_service(
+        WatchServer::new(watch::WatchService {
+            server: server.clone(),
+        })
+        .max_decoding_message_size(recv)
+        .max_encoding_message_size(send),
+    );
+    b.add_service(
+        LeaseServer::new(lease::LeaseService::new(server.clone())).max_decoding_message_size(recv),
+    );
     b.add_service(AuthServer::new(NotYet).max_decoding_message_size(recv));
     // Lock and election are clients of this server, as in etcd.
     let own = v3client::self_channel(server);

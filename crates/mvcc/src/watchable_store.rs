@@ -1,0 +1,759 @@
+//! [`WatchableStore`]: watchers over the [`KvStore`], as etcd's
+//! `watchable_store.go`.
+//!
+//! # How events reach a watcher
+//!
+//! Every watch stream has one bounded channel (a [`WatchSink`]); all its
+//! watchers send [`WatchResponse`]s into it with `try_send`, which never
+//! blocks. A watcher is in one of three states ([`crate::watcher_group`]):
+//!
+//! * **synced**: the apply thread calls [`WatchableStore::notify`] after each
+//!   committed batch; it sends each synced watcher one response per revision
+//!   holding that revision's matching events (all events of a txn together).
+//! * **unsynced**: its start revision is in the past (or it fell behind).
+//!   The `watch-sync` thread reads the history from the backend by
+//!   revision, outside the lock, in chunks of [`MAX_REVS_PER_SYNC`]
+//!   revisions, sends one response per chunk, and moves the watcher to
+//!   synced once it has everything up to the notified revision.
+//! * **victim**: a `try_send` found the channel full. The response is kept
+//!   with the watcher, which leaves the synced/unsynced sets; the sync
+//!   thread retries every [`VICTIM_RETRY`]. When the channel takes it, the
+//!   watcher goes back to unsynced (and catches up from history) or synced.
+//!   A slow client therefore never blocks apply or other streams, and no
+//!   event is dropped.
+//!
+//! Worked example (channel capacity 1, watcher on `a` from revision 0,
+//! store at revision 5):
+//!
+//! ```text
+//! watch                 -> synced, min_rev 6
+//! notify rev 6 (put a)  -> sent: channel [6]
+//! notify rev 7 (put a)  -> channel full: victim with [7], min_rev 8
+//! notify rev 8 (put a)  -> not synced: nothing sent (history keeps it)
+//! client reads 6        -> sync thread sends 7; min_rev 8 <= notified 8 -> unsynced
+//! sync thread           -> reads revisions 8..=8 from the backend, sends them, -> synced
+//! ```
+//!
+//! Compaction: an unsynced watcher whose `min_rev` is below the compaction
+//! revision gets one response with `compact_revision` set and
+//! `canceled = true`, and is removed (etcd's rule: `min_rev < compact_rev`).
+//!
+//! # Locks
+//!
+//! `inner` (parking_lot Mutex) protects every watcher, the synced index,
+//! the unsynced and victim sets, the streams and the notified revision.
+//! It is held only for in-memory work and non-blocking `try_send`s, never
+//! across backend reads (the sync thread reads the history unlocked and
+//! re-checks each watcher afterwards) and never across `.await`. Lock
+//! order: `inner`, then the [`KvStore`] locks; the KvStore never calls in.
+//!
+//! # Threads
+//!
+//! `notify` and `restore` run on the apply (raft) thread; stream calls on
+//! tokio tasks (all short and non-blocking); one `watch-sync` OS thread
+//! does catch-up reads, victim retries and deferred progress responses. It
+//! ends when the store is dropped.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use retcd_api::etcdserverpb::{RangeRequest, ResponseHeader, WatchResponse};
+use retcd_api::mvccpb::{event::EventType, Event};
+
+use crate::kvstore::KvStore;
+use crate::watch_history::read_events;
+use crate::watcher_group::{
+    WatchError, WatchId, WatchOptions, WatchRange, Watcher, WatcherGroup, WatcherKey, WatcherState,
+};
+
+/// Most revisions one catch-up response covers (etcd's `watchBatchMaxRevs`).
+pub const MAX_REVS_PER_SYNC: i64 = 1000;
+/// Most unsynced watchers handled per sync round (etcd's `maxWatchersPerSync`).
+pub const MAX_WATCHERS_PER_SYNC: usize = 512;
+/// Period of the sync thread when nothing wakes it.
+pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
+/// Period of victim retries while there are victims.
+pub const VICTIM_RETRY: Duration = Duration::from_millis(10);
+/// The watch id of a progress response for the whole stream.
+pub const PROGRESS_ALL_ID: WatchId = -1;
+
+/// Why a [`WatchSink`] refused a response.
+#[derive(Debug)]
+pub enum SinkError {
+    /// The channel is full; the response is handed back.
+    Full(WatchResponse),
+    /// The receiving side is gone.
+    Closed,
+}
+
+/// The sending side of one watch stream's bounded channel. `try_send` must
+/// not block: it is called with the store lock held, on the apply thread.
+pub trait WatchSink: Send + Sync + 'static {
+    /// Queues `resp` or says why not.
+    fn try_send(&self, resp: WatchResponse) -> Result<(), SinkError>;
+}
+
+impl WatchSink for SyncSender<WatchResponse> {
+    fn try_send(&self, resp: WatchResponse) -> Result<(), SinkError> {
+        SyncSender::try_send(self, resp).map_err(|e| match e {
+            TrySendError::Full(r) => SinkError::Full(r),
+            TrySendError::Disconnected(_) => SinkError::Closed,
+        })
+    }
+}
+
+fn response(watch_id: WatchId, revision: i64, events: Vec<Event>) -> WatchResponse {
+    WatchResponse {
+        header: Some(ResponseHeader {
+            revision,
+            ..Default::default()
+        }),
+        watch_id,
+        events,
+        ..Default::default()
+    }
+}
+
+struct StreamState {
+    sink: Arc<dyn WatchSink>,
+    /// Ids in use: reserved or watching.
+    ids: BTreeSet<WatchId>,
+    next_id: WatchId,
+    /// A progress request waits for every watcher of the stream to be synced.
+    progress_pending: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The last revision handed to notify (or restored): synced watchers
+    /// have seen every event up to it.
+    rev: i64,
+    /// Bumped by `restore`; a sync round started before it is discarded.
+    generation: u64,
+    watchers: HashMap<WatcherKey, Watcher>,
+    synced: WatcherGroup,
+    unsynced: BTreeSet<WatcherKey>,
+    victims: BTreeSet<WatcherKey>,
+    streams: HashMap<u64, StreamState>,
+    next_stream: u64,
+}
+
+impl Inner {
+    /// Sends `resp` for watcher `wk`, or parks the watcher as a victim with
+    /// it (then `min_rev` becomes `next_rev`). The watcher must be out of
+    /// the synced/unsynced sets, or in them, in which case it is removed.
+    /// Returns whether it was sent.
+    fn send_or_park(&mut self, wk: WatcherKey, resp: WatchResponse, next_rev: i64) -> bool {
+        let Some(stream) = self.streams.get(&wk.0) else {
+            return false;
+        };
+        let has_events = !resp.events.is_empty();
+        match stream.sink.try_send(resp) {
+            Ok(()) => {
+                if let Some(w) = self.watchers.get_mut(&wk) {
+                    w.sent_since_tick |= has_events;
+                }
+                true
+            }
+            Err(SinkError::Full(resp)) => {
+                if let Some(w) = self.watchers.get_mut(&wk) {
+                    self.synced.remove(wk, &w.range);
+                    self.unsynced.remove(&wk);
+                    w.min_rev = next_rev;
+                    w.sent_since_tick |= has_events;
+                    w.state = WatcherState::Victim {
+                        pending: VecDeque::from([resp]),
+                        compacted: false,
+                    };
+                    self.victims.insert(wk);
+                }
+                false
+            }
+            // the stream is going away; its handle's Drop removes it
+            Err(SinkError::Closed) => false,
+        }
+    }
+
+    fn set_synced(&mut self, wk: WatcherKey) {
+        if let Some(w) = self.watchers.get_mut(&wk) {
+            self.unsynced.remove(&wk);
+            self.victims.remove(&wk);
+            w.state = WatcherState::Synced;
+            self.synced.add(wk, &w.range);
+        }
+    }
+
+    fn set_unsynced(&mut self, wk: WatcherKey) {
+        if let Some(w) = self.watchers.get_mut(&wk) {
+            if matches!(w.state, WatcherState::Synced) {
+                self.synced.remove(wk, &w.range);
+            }
+            self.victims.remove(&wk);
+            w.state = WatcherState::Unsynced;
+            self.unsynced.insert(wk);
+        }
+    }
+
+    fn remove_watcher(&mut self, wk: WatcherKey) -> bool {
+        let Some(w) = self.watchers.remove(&wk) else {
+            return false;
+        };
+        self.synced.remove(wk, &w.range);
+        self.unsynced.remove(&wk);
+        self.victims.remove(&wk);
+        if let Some(s) = self.streams.get_mut(&wk.0) {
+            s.ids.remove(&wk.1);
+        }
+        true
+    }
+
+    fn stream_synced(&self, stream: u64) -> bool {
+        self.streams.get(&stream).is_some_and(|s| {
+            s.ids.iter().all(|id| {
+                self.watchers
+                    .get(&(stream, *id))
+                    .is_none_or(|w| matches!(w.state, WatcherState::Synced))
+            })
+        })
+    }
+
+    /// Sends the stream's deferred progress response if it can now.
+    fn flush_progress(&mut self, stream: u64) {
+        if !self.stream_synced(stream) {
+            return;
+        }
+        let rev = self.rev;
+        if let Some(s) = self.streams.get_mut(&stream) {
+            if s.progress_pending
+                && s.sink
+                    .try_send(response(PROGRESS_ALL_ID, rev, vec![]))
+                    .is_ok()
+            {
+                s.progress_pending = false;
+            }
+        }
+    }
+}
+
+/// The watchable store; see the module documentation.
+pub struct WatchableStore {
+    kv: Arc<KvStore>,
+    inner: Mutex<Inner>,
+    /// Wakes the sync thread (capacity 1; a full queue already wakes it).
+    kick: SyncSender<()>,
+}
+
+impl std::fmt::Debug for WatchableStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = self.inner.lock();
+        f.debug_struct("WatchableStore")
+            .field("rev", &i.rev)
+            .field("watchers", &i.watchers.len())
+            .field("unsynced", &i.unsynced.len())
+            .field("victims", &i.victims.len())
+            .finish()
+    }
+}
+
+impl WatchableStore {
+    /// Watches `kv` (at its current revision) and starts the `watch-sync`
+    /// thread.
+    pub fn new(kv: Arc<KvStore>) -> Arc<WatchableStore> {
+        let (kick, rx) = sync_channel(1);
+        let store = Arc::new(WatchableStore {
+            inner: Mutex::new(Inner {
+                rev: kv.current_revision(),
+                ..Default::default()
+            }),
+            kv,
+            kick,
+        });
+        let weak = Arc::downgrade(&store);
+        std::thread::Builder::new()
+            .name("watch-sync".into())
+            .spawn(move || sync_loop(weak, rx))
+            .expect("spawn the watch-sync thread");
+        store
+    }
+
+    /// The last revision notified: what a new watcher from "now" has seen.
+    pub fn rev(&self) -> i64 {
+        self.inner.lock().rev
+    }
+
+    fn wake(&self) {
+        let _ = self.kick.try_send(());
+    }
+
+    /// Hands the events of a committed batch to the synced watchers; `rev`
+    /// is the store revision after the batch. Called on the apply thread,
+    /// in commit order; never blocks.
+    pub fn notify(&self, rev: i64, events: Vec<(i64, Event)>) {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let mut parked = false;
+        let mut start = 0;
+        while start < events.len() {
+            let r = events[start].0;
+            let end = start + events[start..].iter().take_while(|e| e.0 == r).count();
+            let mut batches: Vec<(WatcherKey, Vec<Event>)> = Vec::new();
+            let mut slot: HashMap<WatcherKey, usize> = HashMap::new();
+            for (_, ev) in &events[start..end] {
+                let key = ev
+                    .kv
+                    .as_ref()
+                    .map(|kv| kv.key.as_slice())
+                    .unwrap_or_default();
+                for wk in inner.synced.candidates(key) {
+                    let Some(w) = inner.watchers.get(&wk) else {
+                        continue;
+                    };
+                    if w.min_rev > r || !w.range.contains(key) {
+                        continue;
+                    }
+                    if let Some(e) = w.filter(ev) {
+                        let i = *slot.entry(wk).or_insert_with(|| {
+                            batches.push((wk, Vec::new()));
+                            batches.len() - 1
+                        });
+                        batches[i].1.push(e);
+                    }
+                }
+            }
+            for (wk, evs) in batches {
+                parked |= !inner.send_or_park(wk, response(wk.1, r, evs), r + 1);
+            }
+            start = end;
+        }
+        inner.rev = inner.rev.max(rev);
+        drop(guard);
+        if parked {
+            self.wake();
+        }
+    }
+
+    /// After the store was replaced by a snapshot: every synced watcher goes
+    /// back to unsynced from the revision after the last one notified.
+    pub fn restore(&self) {
+        let mut inner = self.inner.lock();
+        let old = inner.rev;
+        inner.rev = self.kv.current_revision();
+        inner.generation += 1;
+        inner.synced.clear();
+        let inner = &mut *inner;
+        for (wk, w) in inner.watchers.iter_mut() {
+            if matches!(w.state, WatcherState::Synced) {
+                w.min_rev = w.min_rev.max(old + 1);
+                w.state = WatcherState::Unsynced;
+                inner.unsynced.insert(*wk);
+            }
+        }
+        self.wake();
+    }
+
+    /// Opens a watch stream whose watchers send into `sink`.
+    pub fn new_stream(self: &Arc<Self>, sink: Arc<dyn WatchSink>) -> WatchStream {
+        let mut inner = self.inner.lock();
+        let id = inner.next_stream;
+        inner.next_stream += 1;
+        inner.streams.insert(
+            id,
+            StreamState {
+                sink,
+                ids: BTreeSet::new(),
+                next_id: 0,
+                progress_pending: false,
+            },
+        );
+        WatchStream {
+            store: self.clone(),
+            id,
+        }
+    }
+
+    /// Number of watchers (all states).
+    pub fn watcher_count(&self) -> usize {
+        self.inner.lock().watchers.len()
+    }
+
+    /// Retries victims; returns whether some are left.
+    fn sync_victims(&self) -> bool {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let victims: Vec<WatcherKey> = inner.victims.iter().copied().collect();
+        for wk in victims {
+            let Some(sink) = inner.streams.get(&wk.0).map(|s| s.sink.clone()) else {
+                continue;
+            };
+            let Some(w) = inner.watchers.get_mut(&wk) else {
+                inner.victims.remove(&wk);
+                continue;
+            };
+            let min_rev = w.min_rev;
+            let WatcherState::Victim { pending, compacted } = &mut w.state else {
+                inner.victims.remove(&wk);
+                continue;
+            };
+            while let Some(resp) = pending.pop_front() {
+                match sink.try_send(resp) {
+                    Ok(()) => {}
+                    Err(SinkError::Full(resp)) => {
+                        pending.push_front(resp);
+                        break;
+                    }
+                    Err(SinkError::Closed) => break,
+                }
+            }
+            if !pending.is_empty() {
+                continue;
+            }
+            if *compacted {
+                inner.remove_watcher(wk);
+            } else if min_rev <= inner.rev {
+                inner.set_unsynced(wk);
+            } else {
+                inner.set_synced(wk);
+            }
+        }
+        let streams: Vec<u64> = inner.streams.keys().copied().collect();
+        for s in streams {
+            inner.flush_progress(s);
+        }
+        !inner.victims.is_empty()
+    }
+
+    /// One catch-up round for up to [`MAX_WATCHERS_PER_SYNC`] unsynced
+    /// watchers. Returns whether another round should run at once.
+    fn sync_watchers(&self) -> bool {
+        struct Chosen {
+            wk: WatcherKey,
+            range: WatchRange,
+            min_rev: i64,
+            prev_kv: bool,
+        }
+        let (chosen, cur_rev, generation) = {
+            let mut inner = self.inner.lock();
+            let ready: Vec<WatcherKey> = inner
+                .unsynced
+                .iter()
+                .filter(|wk| {
+                    inner
+                        .watchers
+                        .get(wk)
+                        .is_some_and(|w| w.min_rev > inner.rev)
+                })
+                .copied()
+                .collect();
+            for wk in ready {
+                inner.set_synced(wk);
+            }
+            let chosen: Vec<Chosen> = inner
+                .unsynced
+                .iter()
+                .take(MAX_WATCHERS_PER_SYNC)
+                .filter_map(|wk| {
+                    inner.watchers.get(wk).map(|w| Chosen {
+                        wk: *wk,
+                        range: w.range.clone(),
+                        min_rev: w.min_rev,
+                        prev_kv: w.opts.prev_kv,
+                    })
+                })
+                .collect();
+            (chosen, inner.rev, inner.generation)
+        };
+        if chosen.is_empty() {
+            return false;
+        }
+        let published = self.kv.published.read().clone();
+        let compact_rev = published.compact_rev;
+        let min = chosen
+            .iter()
+            .filter(|c| c.min_rev >= compact_rev)
+            .map(|c| c.min_rev)
+            .min();
+        let (events, end) = match min {
+            Some(min) => {
+                let end = cur_rev.min(min.saturating_add(MAX_REVS_PER_SYNC - 1));
+                let mut events = match read_events(&published.snapshot, min, end) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch: cannot read the history; will retry");
+                        return false;
+                    }
+                };
+                let prev_ranges: Vec<&WatchRange> = chosen
+                    .iter()
+                    .filter(|c| c.prev_kv)
+                    .map(|c| &c.range)
+                    .collect();
+                if !prev_ranges.is_empty() {
+                    self.fill_prev_kv(&mut events, &prev_ranges);
+                }
+                (events, end)
+            }
+            None => (Vec::new(), cur_rev),
+        };
+
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        if inner.generation != generation {
+            return true;
+        }
+        for c in chosen {
+            let Some(w) = inner.watchers.get_mut(&c.wk) else {
+                continue;
+            };
+            if !matches!(w.state, WatcherState::Unsynced) || w.min_rev != c.min_rev {
+                continue;
+            }
+            if compact_rev > 0 && w.min_rev < compact_rev {
+                let resp = WatchResponse {
+                    watch_id: c.wk.1,
+                    compact_revision: compact_rev,
+                    canceled: true,
+                    header: Some(ResponseHeader::default()),
+                    ..Default::default()
+                };
+                let sent = inner.streams.get(&c.wk.0).map(|s| s.sink.try_send(resp));
+                match sent {
+                    Some(Err(SinkError::Full(resp))) => {
+                        inner.unsynced.remove(&c.wk);
+                        w.state = WatcherState::Victim {
+                            pending: VecDeque::from([resp]),
+                            compacted: true,
+                        };
+                        inner.victims.insert(c.wk);
+                    }
+                    _ => {
+                        inner.remove_watcher(c.wk);
+                    }
+                }
+                continue;
+            }
+            if w.min_rev > end {
+                continue;
+            }
+            let evs: Vec<Event> = events
+                .iter()
+                .filter(|(r, ev)| {
+                    *r >= c.min_rev
+                        && c.range
+                            .contains(ev.kv.as_ref().map(|k| k.key.as_slice()).unwrap_or_default())
+                })
+                .filter_map(|(_, ev)| w.filter(ev))
+                .collect();
+            w.min_rev = end + 1;
+            if !evs.is_empty() && !inner.send_or_park(c.wk, response(c.wk.1, end, evs), end + 1) {
+                continue;
+            }
+            if end >= inner.rev {
+                inner.set_synced(c.wk);
+            }
+        }
+        let streams: Vec<u64> = inner.streams.keys().copied().collect();
+        for s in streams {
+            inner.flush_progress(s);
+        }
+        // every round moves each chosen watcher forward, so another round
+        // at once cannot spin without progress
+        !inner.unsynced.is_empty()
+    }
+
+    /// Sets `prev_kv` on the events in `ranges` that are not creations:
+    /// the key as of the revision before the event (none if compacted).
+    fn fill_prev_kv(&self, events: &mut [(i64, Event)], ranges: &[&WatchRange]) {
+        for (r, ev) in events.iter_mut() {
+            let Some(kv) = &ev.kv else { continue };
+            let create =
+                ev.r#type == EventType::Put as i32 && kv.create_revision == kv.mod_revision;
+            if create || !ranges.iter().any(|rg| rg.contains(&kv.key)) {
+                continue;
+            }
+            let req = RangeRequest {
+                key: kv.key.clone(),
+                revision: *r - 1,
+                ..Default::default()
+            };
+            if let Ok(resp) = self.kv.range(&req) {
+                ev.prev_kv = resp.kvs.into_iter().next();
+            }
+        }
+    }
+}
+
+fn sync_loop(store: Weak<WatchableStore>, kick: Receiver<()>) {
+    let mut wait = SYNC_INTERVAL;
+    loop {
+        match kick.recv_timeout(wait) {
+            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(s) = store.upgrade() else { return };
+        let victims = s.sync_victims();
+        let again = s.sync_watchers();
+        wait = if again {
+            Duration::ZERO
+        } else if victims {
+            VICTIM_RETRY
+        } else {
+            SYNC_INTERVAL
+        };
+    }
+}
+
+/// One client watch stream: its watch ids and its sink. Dropping it
+/// removes every watcher of the stream.
+pub struct WatchStream {
+    store: Arc<WatchableStore>,
+    id: u64,
+}
+
+impl std::fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchStream").field("id", &self.id).finish()
+    }
+}
+
+impl WatchStream {
+    /// The last revision notified (the header of a `created` response).
+    pub fn rev(&self) -> i64 {
+        self.store.rev()
+    }
+
+    /// Reserves a watch id: `requested` if non-zero (error if in use), else
+    /// the next free one from 0 up (etcd's `AutoWatchID`). The caller sends
+    /// the `created` response, then calls [`WatchStream::watch`], so that
+    /// the response precedes every event of the watcher.
+    pub fn reserve(&self, requested: WatchId) -> Result<WatchId, WatchError> {
+        let mut inner = self.store.inner.lock();
+        let s = inner
+            .streams
+            .get_mut(&self.id)
+            .ok_or(WatchError::NotExist)?;
+        let id = if requested == 0 {
+            while s.ids.contains(&s.next_id) {
+                s.next_id += 1;
+            }
+            s.next_id += 1;
+            s.next_id - 1
+        } else if s.ids.contains(&requested) {
+            return Err(WatchError::DuplicateId);
+        } else {
+            requested
+        };
+        s.ids.insert(id);
+        Ok(id)
+    }
+
+    /// Starts reserved watcher `id` on `range` from `opts.start_rev` (0: the
+    /// revision after [`WatchStream::rev`]; a past one replays history; a
+    /// future one waits for it).
+    pub fn watch(&self, id: WatchId, range: WatchRange, opts: WatchOptions) {
+        let mut guard = self.store.inner.lock();
+        let inner = &mut *guard;
+        let cur = inner.rev;
+        let synced = opts.start_rev == 0 || opts.start_rev > cur;
+        let w = Watcher {
+            range,
+            min_rev: if synced {
+                opts.start_rev.max(cur + 1)
+            } else {
+                opts.start_rev
+            },
+            opts,
+            sent_since_tick: false,
+            state: WatcherState::Unsynced,
+        };
+        let wk = (self.id, id);
+        inner.watchers.insert(wk, w);
+        if synced {
+            inner.set_synced(wk);
+        } else {
+            inner.set_unsynced(wk);
+            drop(guard);
+            self.store.wake();
+        }
+    }
+
+    /// Cancels watcher `id` (or frees a reserved id). After it returns, no
+    /// further response of the watcher is queued. False if unknown.
+    pub fn cancel(&self, id: WatchId) -> bool {
+        let mut inner = self.store.inner.lock();
+        if inner.remove_watcher((self.id, id)) {
+            return true;
+        }
+        inner
+            .streams
+            .get_mut(&self.id)
+            .is_some_and(|s| s.ids.remove(&id))
+    }
+
+    /// Whether watcher `id` exists (not cancelled, not compacted away).
+    pub fn contains(&self, id: WatchId) -> bool {
+        self.store
+            .inner
+            .lock()
+            .watchers
+            .contains_key(&(self.id, id))
+    }
+
+    /// A progress request: an empty response with watch id -1 at the
+    /// notified revision, queued in order with the events, once every
+    /// watcher of the stream is synced (deferred until then).
+    pub fn request_progress_all(&self) {
+        let mut inner = self.store.inner.lock();
+        if let Some(s) = inner.streams.get_mut(&self.id) {
+            s.progress_pending = true;
+        }
+        inner.flush_progress(self.id);
+        let pending = inner
+            .streams
+            .get(&self.id)
+            .is_some_and(|s| s.progress_pending);
+        drop(inner);
+        if pending {
+            self.store.wake();
+        }
+    }
+
+    /// The progress ticker: each synced watcher with `progress_notify` that
+    /// got no events since the last tick is sent an empty response at the
+    /// notified revision (etcd's `RequestProgress`).
+    pub fn progress_tick(&self) {
+        let mut guard = self.store.inner.lock();
+        let inner = &mut *guard;
+        let Some(s) = inner.streams.get(&self.id) else {
+            return;
+        };
+        for id in &s.ids {
+            if let Some(w) = inner.watchers.get_mut(&(self.id, *id)) {
+                if w.opts.progress_notify
+                    && !w.sent_since_tick
+                    && matches!(w.state, WatcherState::Synced)
+                {
+                    let _ = s.sink.try_send(response(*id, inner.rev, vec![]));
+                }
+                w.sent_since_tick = false;
+            }
+        }
+    }
+}
+
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        let mut inner = self.store.inner.lock();
+        let ids: Vec<WatchId> = inner
+            .streams
+            .get(&self.id)
+            .map(|s| s.ids.iter().copied().collect())
+            .unwrap_or_default();
+        for id in ids {
+            inner.remove_watcher((self.id, id));
+        }
+        inner.streams.remove(&self.id);
+    }
+}

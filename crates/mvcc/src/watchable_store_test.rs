@@ -1,0 +1,446 @@
+//! Watch tests, named after etcd's watchable_store_test.go and
+//! watcher_test.go.
+
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use retcd_api::etcdserverpb::{
+    request_op, DeleteRangeRequest, PutRequest, RequestOp, TxnRequest, WatchResponse,
+};
+use retcd_api::mvccpb::event::EventType;
+
+use crate::kvstore_test::{new_store, TestStore};
+use crate::watchable_store::PROGRESS_ALL_ID;
+use crate::{
+    NoLeases, WatchError, WatchOptions, WatchRange, WatchStream, WatchableStore, WriteBatch,
+};
+
+struct T {
+    _t: TestStore,
+    kv: Arc<crate::KvStore>,
+    ws: Arc<WatchableStore>,
+}
+
+fn setup() -> T {
+    let t = new_store();
+    let kv = t.store.clone();
+    let ws = WatchableStore::new(kv.clone());
+    T { _t: t, kv, ws }
+}
+
+impl T {
+    /// Runs `f` in one batch, commits it and notifies, as the apply thread.
+    fn apply(&self, f: impl FnOnce(&mut WriteBatch<'_>)) {
+        let mut b = self.kv.begin_batch().unwrap();
+        f(&mut b);
+        let events = b.take_events();
+        b.commit(false).unwrap();
+        self.ws.notify(self.kv.current_revision(), events);
+    }
+
+    fn put(&self, k: &str, v: &str) {
+        self.apply(|b| {
+            b.put(&put_req(k, v), &NoLeases).unwrap();
+        });
+    }
+
+    fn del(&self, k: &str) {
+        self.apply(|b| {
+            b.delete_range(&DeleteRangeRequest {
+                key: k.into(),
+                ..Default::default()
+            })
+            .unwrap();
+        });
+    }
+
+    fn stream(&self, cap: usize) -> (WatchStream, Receiver<WatchResponse>) {
+        let (tx, rx) = sync_channel(cap);
+        (self.ws.new_stream(Arc::new(tx)), rx)
+    }
+}
+
+fn put_req(k: &str, v: &str) -> PutRequest {
+    PutRequest {
+        key: k.into(),
+        value: v.into(),
+        ..Default::default()
+    }
+}
+
+fn watch(s: &WatchStream, key: &str, end: &str, opts: WatchOptions) -> i64 {
+    let id = s.reserve(0).unwrap();
+    s.watch(
+        id,
+        WatchRange::new(key.as_bytes(), end.as_bytes()).unwrap(),
+        opts,
+    );
+    id
+}
+
+fn from(rev: i64) -> WatchOptions {
+    WatchOptions {
+        start_rev: rev,
+        ..Default::default()
+    }
+}
+
+fn recv(rx: &Receiver<WatchResponse>) -> WatchResponse {
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("a watch response within 5s")
+}
+
+/// (revision, key, type) of every event received until `n` events arrived.
+fn collect(rx: &Receiver<WatchResponse>, n: usize) -> Vec<(i64, String, i32)> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let r = recv(rx);
+        for e in r.events {
+            let kv = e.kv.unwrap();
+            out.push((
+                kv.mod_revision,
+                String::from_utf8(kv.key).unwrap(),
+                e.r#type,
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn test_watch() {
+    let t = setup();
+    let (s, rx) = t.stream(16);
+    let id = watch(&s, "foo", "", from(0));
+    assert_eq!(id, 0);
+    t.put("bar", "x");
+    t.put("foo", "y");
+    let r = recv(&rx);
+    assert_eq!(r.watch_id, 0);
+    assert_eq!(r.header.unwrap().revision, 3);
+    assert_eq!(r.events.len(), 1);
+    let kv = r.events[0].kv.as_ref().unwrap();
+    assert_eq!(
+        (kv.key.as_slice(), kv.value.as_slice()),
+        (&b"foo"[..], &b"y"[..])
+    );
+    assert!(r.events[0].prev_kv.is_none());
+    assert!(rx.try_recv().is_err());
+}
+
+#[test]
+fn test_watch_ids_and_duplicate() {
+    let t = setup();
+    let (s, _rx) = t.stream(16);
+    assert_eq!(s.reserve(0), Ok(0));
+    assert_eq!(s.reserve(2), Ok(2));
+    assert_eq!(s.reserve(2), Err(WatchError::DuplicateId));
+    assert_eq!(s.reserve(0), Ok(1));
+    assert_eq!(s.reserve(0), Ok(3));
+    assert!(s.cancel(1));
+    assert!(!s.cancel(1));
+    assert!(!s.cancel(42));
+    assert_eq!(WatchRange::new(b"b", b"a"), Err(WatchError::EmptyRange));
+}
+
+#[test]
+fn test_cancel_unsynced() {
+    let t = setup();
+    for i in 0..3 {
+        t.put("foo", &i.to_string());
+    }
+    let (s, _rx) = t.stream(16);
+    let ids: Vec<i64> = (0..10).map(|_| watch(&s, "foo", "", from(1))).collect();
+    for id in ids {
+        assert!(s.cancel(id));
+    }
+    assert_eq!(t.ws.watcher_count(), 0);
+}
+
+#[test]
+fn test_sync_watchers() {
+    let t = setup();
+    t.put("foo", "a");
+    t.put("foo", "b");
+    let (s, rx) = t.stream(16);
+    watch(&s, "foo", "", from(1));
+    // history 2..=3 arrives in one response at the current revision
+    let r = recv(&rx);
+    assert_eq!(r.header.unwrap().revision, 3);
+    assert_eq!(r.events.len(), 2);
+    // then the watcher is synced: new events come from notify
+    t.put("foo", "c");
+    assert_eq!(
+        collect(&rx, 1),
+        vec![(4, "foo".into(), EventType::Put as i32)]
+    );
+}
+
+#[test]
+fn test_watch_future_rev() {
+    let t = setup();
+    let (s, rx) = t.stream(16);
+    watch(&s, "foo", "", from(10));
+    for i in 0..12 {
+        t.put("foo", &i.to_string());
+    }
+    let got = collect(&rx, 4);
+    assert_eq!(
+        got.iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![10, 11, 12, 13]
+    );
+}
+
+#[test]
+fn test_watch_compacted() {
+    let t = setup();
+    for i in 0..10 {
+        t.put("foo", &i.to_string());
+    }
+    t.apply(|b| {
+        b.compact(5, true).unwrap();
+    });
+    let (s, rx) = t.stream(16);
+    let id = watch(&s, "foo", "", from(3));
+    let r = recv(&rx);
+    assert_eq!(r.watch_id, id);
+    assert!(r.canceled);
+    assert_eq!(r.compact_revision, 5);
+    assert!(r.events.is_empty());
+    assert!(!s.contains(id));
+    // at the compaction revision itself the history is still readable (etcd)
+    let id = watch(&s, "foo", "", from(5));
+    let got = collect(&rx, 7);
+    assert_eq!(got.first().unwrap().0, 5);
+    assert!(s.contains(id));
+}
+
+#[test]
+fn test_watch_batch_unsynced() {
+    let t = setup();
+    let n = 2 * crate::watchable_store::MAX_REVS_PER_SYNC as usize + 500;
+    for i in 0..n {
+        t.put(&format!("k{}", i % 7), "v");
+    }
+    let (s, rx) = t.stream(4);
+    watch(&s, "k", "l", from(1));
+    let mut revs = Vec::new();
+    let mut responses = 0;
+    while revs.len() < n {
+        let r = recv(&rx);
+        responses += 1;
+        for e in &r.events {
+            assert!(e.kv.as_ref().unwrap().mod_revision <= r.header.unwrap().revision);
+        }
+        revs.extend(r.events.iter().map(|e| e.kv.as_ref().unwrap().mod_revision));
+    }
+    assert_eq!(revs, (2..=n as i64 + 1).collect::<Vec<_>>());
+    assert!(responses >= 3, "history is sent in chunks, got {responses}");
+}
+
+#[test]
+fn test_watch_txn_events_in_one_response() {
+    let t = setup();
+    t.put("a", "0");
+    let (s, rx) = t.stream(16);
+    watch(&s, "", "\0", from(0));
+    t.apply(|b| {
+        let op = |k: &str| RequestOp {
+            request: Some(request_op::Request::RequestPut(put_req(k, "1"))),
+        };
+        let del = RequestOp {
+            request: Some(request_op::Request::RequestDeleteRange(
+                DeleteRangeRequest {
+                    key: "a".into(),
+                    ..Default::default()
+                },
+            )),
+        };
+        let txn = TxnRequest {
+            success: vec![op("b"), op("c"), del],
+            ..Default::default()
+        };
+        b.txn(&txn, &NoLeases).unwrap();
+        b.put(&put_req("d", "2"), &NoLeases).unwrap();
+    });
+    let r = recv(&rx);
+    assert_eq!(r.header.unwrap().revision, 3);
+    let types: Vec<i32> = r.events.iter().map(|e| e.r#type).collect();
+    let (p, d) = (EventType::Put as i32, EventType::Delete as i32);
+    assert_eq!(types, vec![p, p, d]);
+    let r = recv(&rx);
+    assert_eq!(r.header.unwrap().revision, 4);
+    assert_eq!(r.events.len(), 1);
+}
+
+#[test]
+fn test_watch_filters_and_prev_kv() {
+    let t = setup();
+    t.put("foo", "1");
+    let (s, rx) = t.stream(64);
+    let noput = watch(
+        &s,
+        "foo",
+        "",
+        WatchOptions {
+            no_put: true,
+            ..Default::default()
+        },
+    );
+    let prev = watch(
+        &s,
+        "foo",
+        "",
+        WatchOptions {
+            prev_kv: true,
+            no_delete: true,
+            ..Default::default()
+        },
+    );
+    t.put("foo", "2");
+    t.del("foo");
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        got.push(recv(&rx));
+    }
+    let p = got.iter().find(|r| r.watch_id == prev).unwrap();
+    assert_eq!(p.events[0].r#type, EventType::Put as i32);
+    assert_eq!(p.events[0].prev_kv.as_ref().unwrap().value, b"1");
+    let d = got.iter().find(|r| r.watch_id == noput).unwrap();
+    assert_eq!(d.events[0].r#type, EventType::Delete as i32);
+    assert!(d.events[0].prev_kv.is_none());
+    assert_eq!(d.events[0].kv.as_ref().unwrap().mod_revision, 4);
+    // the same from history: prev_kv computed at revision - 1
+    let h = watch(
+        &s,
+        "foo",
+        "",
+        WatchOptions {
+            start_rev: 2,
+            prev_kv: true,
+            ..Default::default()
+        },
+    );
+    let r = recv(&rx);
+    assert_eq!(r.watch_id, h);
+    assert_eq!(r.events.len(), 3);
+    assert!(r.events[0].prev_kv.is_none(), "a creation has no prev_kv");
+    assert_eq!(r.events[1].prev_kv.as_ref().unwrap().value, b"1");
+    assert_eq!(r.events[2].prev_kv.as_ref().unwrap().value, b"2");
+}
+
+/// A full channel parks the watcher (notify never blocks); once the reader
+/// drains, every event arrives, in order, exactly once.
+#[test]
+fn test_watch_victim_no_event_lost() {
+    let t = setup();
+    let (s, rx) = t.stream(2);
+    watch(&s, "k", "", from(0));
+    let started = Instant::now();
+    for i in 0..300 {
+        t.put("k", &i.to_string());
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let got = collect(&rx, 300);
+    assert_eq!(
+        got.iter().map(|e| e.0).collect::<Vec<_>>(),
+        (2..=301).collect::<Vec<_>>()
+    );
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+}
+
+#[test]
+fn test_progress_request() {
+    let t = setup();
+    t.put("a", "1");
+    let (s, rx) = t.stream(16);
+    s.request_progress_all();
+    let r = recv(&rx);
+    assert_eq!(
+        (r.watch_id, r.header.unwrap().revision),
+        (PROGRESS_ALL_ID, 2)
+    );
+    // an unsynced watcher defers the progress response until it is synced
+    let id = watch(&s, "a", "", from(1));
+    s.request_progress_all();
+    let first = recv(&rx);
+    assert_eq!(first.watch_id, id);
+    assert_eq!(first.events.len(), 1);
+    let r = recv(&rx);
+    assert_eq!(
+        (r.watch_id, r.header.unwrap().revision),
+        (PROGRESS_ALL_ID, 2)
+    );
+}
+
+#[test]
+fn test_progress_notify_tick() {
+    let t = setup();
+    let (s, rx) = t.stream(16);
+    let id = watch(
+        &s,
+        "a",
+        "",
+        WatchOptions {
+            progress_notify: true,
+            ..Default::default()
+        },
+    );
+    watch(&s, "b", "", from(0));
+    s.progress_tick();
+    let r = recv(&rx);
+    assert_eq!((r.watch_id, r.events.len()), (id, 0));
+    t.put("a", "1");
+    recv(&rx);
+    s.progress_tick(); // events were sent since the last tick: elided
+    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+}
+
+#[test]
+fn test_restore_resyncs_from_history() {
+    let t = setup();
+    let (s, rx) = t.stream(16);
+    watch(&s, "k", "", from(0));
+    t.put("k", "1");
+    assert_eq!(collect(&rx, 1)[0].0, 2);
+    // a snapshot install changes the store without notify
+    for i in 0..3 {
+        let mut b = t.kv.begin_batch().unwrap();
+        b.put(&put_req("k", &i.to_string()), &NoLeases).unwrap();
+        b.commit(false).unwrap();
+    }
+    t.ws.restore();
+    let got = collect(&rx, 3);
+    assert_eq!(got.iter().map(|e| e.0).collect::<Vec<_>>(), vec![3, 4, 5]);
+    t.put("k", "x");
+    assert_eq!(collect(&rx, 1)[0].0, 6);
+}
+
+#[test]
+fn test_stream_drop_removes_watchers() {
+    let t = setup();
+    let (s, rx) = t.stream(1);
+    watch(&s, "k", "", from(0));
+    watch(&s, "k", "", from(1));
+    t.put("k", "1");
+    t.put("k", "2");
+    drop(rx);
+    drop(s);
+    t.put("k", "3");
+    assert_eq!(t.ws.watcher_count(), 0);
+}
+
+#[test]
+fn test_events_between() {
+    let t = setup();
+    t.put("a", "1");
+    t.put("b", "1");
+    t.del("a");
+    let evs =
+        t.kv.events_between(2, 4, &WatchRange::new(b"a", b"").unwrap())
+            .unwrap();
+    assert_eq!(evs.len(), 2);
+    assert_eq!(evs[1].r#type, EventType::Delete as i32);
+    assert_eq!(evs[1].kv.as_ref().unwrap().mod_revision, 4);
+}

@@ -1,0 +1,233 @@
+//! Watchers and the [`WatcherGroup`] that finds them by key, as etcd's
+//! `watcher.go` / `watcher_group.go`.
+//!
+//! A watcher follows a [`WatchRange`] from a revision on (`min_rev`: the
+//! next revision it still needs). It is in exactly one of three states
+//! (see [`crate::watchable_store`] for the transitions):
+//!
+//! ```text
+//! synced    has seen every revision <= the store's notified revision; fed by notify
+//! unsynced  min_rev <= notified revision; caught up from the backend history
+//! victim    its stream's channel was full; holds the responses it could not send
+//! ```
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+
+use retcd_api::etcdserverpb::WatchResponse;
+use retcd_api::mvccpb::{event::EventType, Event};
+
+/// A watch id, unique inside one watch stream (etcd's `WatchID`).
+pub type WatchId = i64;
+
+/// Identifies a watcher in the store: (stream id, watch id).
+pub(crate) type WatcherKey = (u64, WatchId);
+
+/// Errors of watch creation; the texts are etcd's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WatchError {
+    /// `range_end` is set and not after `key`.
+    #[error("mvcc: watcher range is empty")]
+    EmptyRange,
+    /// The client chose a watch id already used on this stream.
+    #[error("mvcc: duplicate watch ID provided on the WatchStream")]
+    DuplicateId,
+    /// The stream was closed.
+    #[error("mvcc: watcher does not exist")]
+    NotExist,
+}
+
+/// The keys a watcher follows, from a request's `key` and `range_end`
+/// (etcd's conventions, as in the v3rpc layer):
+///
+/// ```text
+/// key "a", range_end ""      -> Single("a")
+/// key "a", range_end "\0"    -> From("a")            every key >= "a"
+/// key "a", range_end "b"     -> Between("a", "b")     [a, b)
+/// key "",  range_end "\0"    -> From("\0")           every key (empty key means "\0")
+/// key "b", range_end "a"     -> EmptyRange error
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchRange {
+    /// Exactly this key.
+    Single(Vec<u8>),
+    /// Every key `>= from`.
+    From(Vec<u8>),
+    /// Every key in `[from, to)`.
+    Between(Vec<u8>, Vec<u8>),
+}
+
+impl WatchRange {
+    /// Interprets a watch create request's `key` / `range_end`.
+    pub fn new(key: &[u8], range_end: &[u8]) -> Result<WatchRange, WatchError> {
+        let key = if key.is_empty() {
+            vec![0]
+        } else {
+            key.to_vec()
+        };
+        Ok(match range_end {
+            [] => WatchRange::Single(key),
+            [0] => WatchRange::From(key),
+            end if key.as_slice() >= end => return Err(WatchError::EmptyRange),
+            end => WatchRange::Between(key, end.to_vec()),
+        })
+    }
+
+    /// Whether `k` lies in the range.
+    pub fn contains(&self, k: &[u8]) -> bool {
+        match self {
+            WatchRange::Single(key) => k == key.as_slice(),
+            WatchRange::From(from) => k >= from.as_slice(),
+            WatchRange::Between(from, to) => k >= from.as_slice() && k < to.as_slice(),
+        }
+    }
+}
+
+/// What a watcher asks for besides its range.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// First revision wanted; 0 = the next revision.
+    pub start_rev: i64,
+    /// Send the previous key-value with each event.
+    pub prev_kv: bool,
+    /// Drop PUT events (etcd's `FilterType::NOPUT`).
+    pub no_put: bool,
+    /// Drop DELETE events (`NODELETE`).
+    pub no_delete: bool,
+    /// Send an empty response every progress interval without events.
+    pub progress_notify: bool,
+}
+
+/// Where a watcher is; see the module documentation.
+#[derive(Debug)]
+pub(crate) enum WatcherState {
+    Synced,
+    Unsynced,
+    /// Responses not yet accepted by the stream, oldest first. `compacted`:
+    /// the last one cancels the watcher, which is removed once it is sent.
+    Victim {
+        pending: VecDeque<WatchResponse>,
+        compacted: bool,
+    },
+}
+
+/// One watcher; owned by the store's `Inner`.
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    pub(crate) range: WatchRange,
+    /// The next revision this watcher needs. Exact for unsynced watchers and
+    /// victims; for a synced watcher it is a lower bound (notify does not
+    /// advance it: a synced watcher has seen everything the store notified).
+    pub(crate) min_rev: i64,
+    pub(crate) opts: WatchOptions,
+    /// Whether events were queued since the last progress tick.
+    pub(crate) sent_since_tick: bool,
+    pub(crate) state: WatcherState,
+}
+
+impl Watcher {
+    /// The event as this watcher wants it: `None` if filtered out; without
+    /// `prev_kv` unless asked for.
+    pub(crate) fn filter(&self, ev: &Event) -> Option<Event> {
+        let put = ev.r#type == EventType::Put as i32;
+        if (put && self.opts.no_put) || (!put && self.opts.no_delete) {
+            return None;
+        }
+        let mut e = ev.clone();
+        if !self.opts.prev_kv {
+            e.prev_kv = None;
+        }
+        Some(e)
+    }
+}
+
+/// Synced watchers indexed for notify: one map for single-key watchers
+/// (etcd's `keyWatchers`) and a list of range watchers (etcd uses an
+/// interval tree; a linear scan is enough until range watchers number in
+/// the thousands).
+#[derive(Debug, Default)]
+pub(crate) struct WatcherGroup {
+    single: HashMap<Vec<u8>, HashSet<WatcherKey>>,
+    ranges: BTreeSet<WatcherKey>,
+}
+
+impl WatcherGroup {
+    pub(crate) fn add(&mut self, wk: WatcherKey, range: &WatchRange) {
+        match range {
+            WatchRange::Single(k) => {
+                self.single.entry(k.clone()).or_default().insert(wk);
+            }
+            _ => {
+                self.ranges.insert(wk);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, wk: WatcherKey, range: &WatchRange) -> bool {
+        match range {
+            WatchRange::Single(k) => match self.single.get_mut(k) {
+                Some(set) => {
+                    let removed = set.remove(&wk);
+                    if set.is_empty() {
+                        self.single.remove(k);
+                    }
+                    removed
+                }
+                None => false,
+            },
+            _ => self.ranges.remove(&wk),
+        }
+    }
+
+    /// Watchers whose range may contain `key`: the exact-key watchers and
+    /// every range watcher (the caller checks the range).
+    pub(crate) fn candidates<'a>(&'a self, key: &[u8]) -> impl Iterator<Item = WatcherKey> + 'a {
+        self.single
+            .get(key)
+            .into_iter()
+            .flatten()
+            .copied()
+            .chain(self.ranges.iter().copied())
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.single.clear();
+        self.ranges.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_watch_range_new() {
+        assert_eq!(
+            WatchRange::new(b"a", b""),
+            Ok(WatchRange::Single(b"a".to_vec()))
+        );
+        assert_eq!(WatchRange::new(b"", b"\0"), Ok(WatchRange::From(vec![0])));
+        assert_eq!(
+            WatchRange::new(b"a", b"b"),
+            Ok(WatchRange::Between(b"a".to_vec(), b"b".to_vec()))
+        );
+        assert_eq!(WatchRange::new(b"b", b"a"), Err(WatchError::EmptyRange));
+        assert_eq!(WatchRange::new(b"a", b"a"), Err(WatchError::EmptyRange));
+        let r = WatchRange::new(b"a", b"c").unwrap();
+        assert!(r.contains(b"a") && r.contains(b"bzz") && !r.contains(b"c"));
+        assert!(WatchRange::new(b"", b"\0").unwrap().contains(b"\0"));
+    }
+
+    #[test]
+    fn test_watcher_group_candidates() {
+        let mut g = WatcherGroup::default();
+        g.add((1, 0), &WatchRange::Single(b"a".to_vec()));
+        g.add((1, 1), &WatchRange::From(b"a".to_vec()));
+        g.add((2, 0), &WatchRange::Single(b"b".to_vec()));
+        let mut c: Vec<_> = g.candidates(b"a").collect();
+        c.sort();
+        assert_eq!(c, vec![(1, 0), (1, 1)]);
+        assert!(g.remove((1, 0), &WatchRange::Single(b"a".to_vec())));
+        assert!(!g.remove((1, 0), &WatchRange::Single(b"a".to_vec())));
+        assert_eq!(g.candidates(b"a").collect::<Vec<_>>(), vec![(1, 1)]);
+    }
+}

@@ -1,0 +1,312 @@
+//! etcdserverpb.Watch: one bidirectional stream carries many watchers, as
+//! etcd's `v3rpc/watch.go`.
+//!
+//! Each stream has two tasks and two channels:
+//!
+//! ```text
+//! client ──requests──> recv task ──create/cancel/progress──> WatchStream (mvcc)
+//!                          │ created / canceled responses         │ try_send (apply thread,
+//!                          ▼                                      ▼  sync thread)
+//!                 [stream channel, CHAN_BUF_LEN] ───> send task ──> [out, 16] ──> client
+//! ```
+//!
+//! Every response of the stream goes through the one bounded stream channel,
+//! so the order is the order of queueing: a `created` response is queued
+//! before its watcher is registered (it precedes every event of the
+//! watcher), a `canceled` response after it is removed (no event follows
+//! it), and a progress response under the store lock (it follows every
+//! event at or below its revision). The send task fills in the header,
+//! splits fragmented responses and drives the progress-notify ticker. When
+//! the client stops reading, the send task waits on `out`, the stream
+//! channel fills, and the store parks the stream's watchers as victims:
+//! apply and other streams go on.
+//!
+//! Bad requests are answered on the stream as etcd does and never end it:
+//! an inverted range or a duplicate client watch id gets `created = true,
+//! canceled = true, watch_id = -1` and the error text as `cancel_reason`;
+//! a cancel of an unknown id is ignored.
+//!
+//! The stream ends when the client goes away (the receive side fails or
+//! the response stream is dropped); the `WatchStream` is dropped with the
+//! last task, removing its watchers.
+
+use crate::server::EtcdServer;
+use parking_lot::Mutex;
+use prost::Message as _;
+use retcd_api::etcdserverpb::watch_create_request::FilterType;
+use retcd_api::etcdserverpb::watch_request::RequestUnion;
+use retcd_api::etcdserverpb::watch_server::Watch;
+use retcd_api::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
+use retcd_mvcc::{SinkError, WatchOptions, WatchRange, WatchSink, WatchStream};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Capacity of a stream's response channel (etcd's `chanBufLen`).
+pub const CHAN_BUF_LEN: usize = 128;
+/// Responses buffered between the send task and the gRPC stream.
+const OUT_BUF_LEN: usize = 16;
+
+pub struct WatchService {
+    pub server: Arc<EtcdServer>,
+}
+
+/// The store side of a stream channel.
+struct TokioSink(mpsc::Sender<WatchResponse>);
+
+impl WatchSink for TokioSink {
+    fn try_send(&self, resp: WatchResponse) -> Result<(), SinkError> {
+        self.0.try_send(resp).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(r) => SinkError::Full(r),
+            mpsc::error::TrySendError::Closed(_) => SinkError::Closed,
+        })
+    }
+}
+
+/// Watch ids of the stream that asked for fragmentation. Protects only the
+/// set; written by the receive task, read by the send task; never held
+/// across `.await`.
+type Fragmenting = Arc<Mutex<HashSet<i64>>>;
+
+fn header(revision: i64) -> Option<ResponseHeader> {
+    Some(ResponseHeader {
+        revision,
+        ..Default::default()
+    })
+}
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    async fn watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<BoxStream<WatchResponse>>, Status> {
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(CHAN_BUF_LEN);
+        let (out_tx, out_rx) = mpsc::channel(OUT_BUF_LEN);
+        let ws = Arc::new(
+            self.server
+                .shared
+                .watch
+                .new_stream(Arc::new(TokioSink(tx.clone()))),
+        );
+        let fragmenting: Fragmenting = Arc::default();
+        tokio::spawn(recv_loop(inbound, ws.clone(), tx, fragmenting.clone()));
+        tokio::spawn(send_loop(self.server.clone(), rx, out_tx, ws, fragmenting));
+        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
+    }
+}
+
+/// Reads the client's requests until it closes its side or fails.
+async fn recv_loop(
+    mut inbound: Streaming<WatchRequest>,
+    ws: Arc<WatchStream>,
+    tx: mpsc::Sender<WatchResponse>,
+    fragmenting: Fragmenting,
+) {
+    loop {
+        let req = match inbound.message().await {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "watch stream: receive failed");
+                return;
+            }
+        };
+        let resp = match req.request_union {
+            Some(RequestUnion::CreateRequest(c)) => match create(&ws, c, &tx, &fragmenting).await {
+                Create::Refused(r) => r,
+                Create::Started => continue,
+                Create::Closed => return,
+            },
+            Some(RequestUnion::CancelRequest(c)) => {
+                if !ws.cancel(c.watch_id) {
+                    continue;
+                }
+                fragmenting.lock().remove(&c.watch_id);
+                WatchResponse {
+                    header: header(ws.rev()),
+                    watch_id: c.watch_id,
+                    canceled: true,
+                    ..Default::default()
+                }
+            }
+            Some(RequestUnion::ProgressRequest(_)) => {
+                ws.request_progress_all();
+                continue;
+            }
+            None => continue,
+        };
+        if tx.send(resp).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What [`create`] did.
+enum Create {
+    /// The watch was refused; queue this response.
+    Refused(WatchResponse),
+    /// `created` was queued and the watcher started.
+    Started,
+    /// The stream is gone.
+    Closed,
+}
+
+/// Handles a create request; on success the `created` response is queued
+/// before the watcher starts.
+async fn create(
+    ws: &WatchStream,
+    c: WatchCreateRequest,
+    tx: &mpsc::Sender<WatchResponse>,
+    fragmenting: &Fragmenting,
+) -> Create {
+    let rev = ws.rev();
+    let reserved = WatchRange::new(&c.key, &c.range_end)
+        .and_then(|r| ws.reserve(c.watch_id).map(|id| (id, r)));
+    let (id, range) = match reserved {
+        Ok(v) => v,
+        Err(e) => {
+            return Create::Refused(WatchResponse {
+                header: header(rev),
+                watch_id: -1,
+                created: true,
+                canceled: true,
+                cancel_reason: e.to_string(),
+                ..Default::default()
+            })
+        }
+    };
+    if c.fragment {
+        fragmenting.lock().insert(id);
+    }
+    let created = WatchResponse {
+        header: header(rev),
+        watch_id: id,
+        created: true,
+        ..Default::default()
+    };
+    if tx.send(created).await.is_err() {
+        return Create::Closed;
+    }
+    let start_rev = match c.start_revision {
+        // from the revision the `created` header reports
+        0 => rev + 1,
+        r => r.max(1),
+    };
+    ws.watch(
+        id,
+        range,
+        WatchOptions {
+            start_rev,
+            prev_kv: c.prev_kv,
+            no_put: c.filters.contains(&(FilterType::Noput as i32)),
+            no_delete: c.filters.contains(&(FilterType::Nodelete as i32)),
+            progress_notify: c.progress_notify,
+        },
+    );
+    Create::Started
+}
+
+/// Moves responses from the stream channel to the client until either side
+/// goes away; ticks progress notifications.
+async fn send_loop(
+    server: Arc<EtcdServer>,
+    mut rx: mpsc::Receiver<WatchResponse>,
+    out: mpsc::Sender<Result<WatchResponse, Status>>,
+    ws: Arc<WatchStream>,
+    fragmenting: Fragmenting,
+) {
+    let interval = server.cfg.experimental_watch_progress_notify_interval;
+    let interval = if interval.is_zero() {
+        Duration::from_secs(600)
+    } else {
+        interval
+    };
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    // etcd splits above the largest request gRPC accepts, not above
+    // --max-request-bytes itself
+    let max = server.cfg.max_request_bytes as usize + crate::config::GRPC_OVERHEAD_BYTES;
+    loop {
+        tokio::select! {
+            r = rx.recv() => {
+                let Some(mut r) = r else { return };
+                let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
+                r.header = Some(server.header(rev));
+                let frag = r.events.len() > 1 && fragmenting.lock().contains(&r.watch_id);
+                let pieces = if frag { fragments(r, max) } else { vec![r] };
+                for p in pieces {
+                    if out.send(Ok(p)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            _ = ticker.tick() => ws.progress_tick(),
+            _ = out.closed() => return,
+        }
+    }
+}
+
+/// Splits `wr` into responses below `max` bytes each (at least one event
+/// each), all but the last marked `fragment`, as etcd's `sendFragments`.
+fn fragments(wr: WatchResponse, max: usize) -> Vec<WatchResponse> {
+    if wr.encoded_len() < max || wr.events.len() < 2 {
+        return vec![wr];
+    }
+    let mut out = Vec::new();
+    let mut events = wr.events.clone().into_iter().peekable();
+    let base = WatchResponse {
+        events: Vec::new(),
+        fragment: true,
+        ..wr
+    };
+    while events.peek().is_some() {
+        let mut cur = base.clone();
+        while let Some(ev) = events.peek() {
+            cur.events.push(ev.clone());
+            if cur.events.len() > 1 && cur.encoded_len() >= max {
+                cur.events.pop();
+                break;
+            }
+            events.next();
+        }
+        if events.peek().is_none() {
+            cur.fragment = false;
+        }
+        out.push(cur);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use retcd_api::mvccpb::{Event, KeyValue};
+
+    #[test]
+    fn test_fragments() {
+        let ev = |i: u8| Event {
+            kv: Some(KeyValue {
+                key: vec![i; 100],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let wr = WatchResponse {
+            watch_id: 3,
+            events: (0..10).map(ev).collect(),
+            ..Default::default()
+        };
+        assert_eq!(fragments(wr.clone(), 1 << 20).len(), 1);
+        let parts = fragments(wr.clone(), 350);
+        assert!(parts.len() >= 4);
+        assert!(parts[..parts.len() - 1].iter().all(|p| p.fragment));
+        assert!(!parts.last().unwrap().fragment);
+        let all: Vec<Event> = parts.into_iter().flat_map(|p| p.events).collect();
+        assert_eq!(all, wr.events);
+    }
+}
