@@ -4,8 +4,8 @@
 //! just before its own until every earlier key is deleted.
 
 use super::v3client::{
-    cmp_create, op_get, op_put, op_range, range_by_create, session_key, txn_range, DeleteOnDrop,
-    V3Client,
+    client_err, cmp_create, op_get, op_put, op_range, range_by_create, session_key, txn_range,
+    DeleteOnDrop, V3Client,
 };
 use retcd_api::etcdserverpb::{DeleteRangeRequest, TxnRequest};
 use retcd_api::v3lockpb::lock_server::Lock;
@@ -72,7 +72,8 @@ impl Lock for LockService {
                 key: req.key,
                 ..Default::default()
             })
-            .await?
+            .await
+            .map_err(client_err)?
             .into_inner();
         Ok(Response::new(UnlockResponse {
             header: resp.header,

@@ -129,6 +129,13 @@ pub fn txn_range(resp: &TxnResponse, i: usize) -> Option<&RangeResponse> {
     }
 }
 
+/// An error of the internal client as etcd's lock and election services
+/// return it: clientv3 turns statuses into plain errors, so the caller sees
+/// code Unknown with the original message.
+pub fn client_err(s: Status) -> Status {
+    Status::unknown(s.message().to_string())
+}
+
 pub struct V3Client {
     pub kv: KvClient<Channel>,
     pub lease: LeaseClient<Channel>,
@@ -156,17 +163,18 @@ impl V3Client {
                 ttl: DEFAULT_SESSION_TTL,
                 id: 0,
             })
-            .await?
+            .await
+            .map_err(client_err)?
             .into_inner();
         Ok(r.id)
     }
 
     pub async fn txn(&mut self, t: TxnRequest) -> Result<TxnResponse, Status> {
-        Ok(self.kv.txn(t).await?.into_inner())
+        Ok(self.kv.txn(t).await.map_err(client_err)?.into_inner())
     }
 
     pub async fn range(&mut self, r: RangeRequest) -> Result<RangeResponse, Status> {
-        Ok(self.kv.range(r).await?.into_inner())
+        Ok(self.kv.range(r).await.map_err(client_err)?.into_inner())
     }
 
     /// etcd's `waitDeletes`: waits until no key under `pfx` has a create
@@ -238,7 +246,8 @@ impl V3Client {
         let inbound = self
             .watch
             .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await?
+            .await
+            .map_err(client_err)?
             .into_inner();
         // Keep the sender alive with the stream so the watch stays open.
         Ok(inbound.map(move |r| {

@@ -1,0 +1,381 @@
+//! Lock and election: the `v3lockpb.Lock` and `v3electionpb.Election`
+//! services through the `etcd-client` crate, and `etcdctl lock` / `etcdctl
+//! elect` (which run etcd's concurrency recipes client-side over KV, lease
+//! and watch). Each test runs against real etcd and retcd in the same run
+//! and compares what a client can observe.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, LockOptions, ProclaimOptions, ResignOptions};
+use retcd_tests::{bounded, etcdctl_bin, grpc_error, Cluster, Flavor};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// An `etcdctl` left running in the background (lock holder, candidate,
+/// observer); its stdout is collected line by line. Killed by PID on drop.
+struct Bg {
+    child: Child,
+    out: Arc<Mutex<String>>,
+}
+
+impl Bg {
+    fn spawn(endpoint: &str, args: &[&str]) -> Bg {
+        let mut child = Command::new(etcdctl_bin())
+            .env("ETCDCTL_API", "3")
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .arg(format!("--endpoints={endpoint}"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn etcdctl");
+        let out = Arc::new(Mutex::new(String::new()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let sink = out.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Bg { child, out }
+    }
+
+    fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Waits until stdout contains `needle`; false on timeout.
+    async fn wait_for(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.output().contains(needle) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// SIGTERM: etcdctl unlocks / resigns on it. Then waits for the exit.
+    fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-s", "TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `name/<hex lease>` → `name/<LEASE>`.
+fn mask_lease(s: &str) -> String {
+    s.lines()
+        .map(|l| match l.rsplit_once('/') {
+            Some((pfx, id)) if !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit()) => {
+                format!("{pfx}/<LEASE>")
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What one flavour shows for the etcdctl lock scenario.
+async fn etcdctl_lock_scenario(flavor: Flavor) -> Vec<String> {
+    let c = Cluster::start(flavor, 1, &[]).await.expect("start");
+    let ep = c.endpoints()[0].clone();
+    let mut seen = Vec::new();
+
+    let out = c.etcdctl(&["lock", "job", "--", "echo", "ran-under-lock"]);
+    push(
+        &mut seen,
+        format!("exec: code={} out={}", out.code, out.stdout.trim()),
+    );
+
+    let mut holder = Bg::spawn(&ep, &["lock", "L1"]);
+    assert!(
+        holder.wait_for("L1/", Duration::from_secs(10)).await,
+        "{}: holder did not get the lock: {:?}",
+        flavor.name(),
+        holder.output()
+    );
+    push(
+        &mut seen,
+        format!("holder: {}", mask_lease(holder.output().trim())),
+    );
+    let waiter = Bg::spawn(&ep, &["lock", "L1", "--", "echo", "second-got-it"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    push(
+        &mut seen,
+        format!(
+            "waiter while held: {:?}",
+            waiter.output().contains("second-got-it")
+        ),
+    );
+    holder.terminate();
+    push(
+        &mut seen,
+        format!(
+            "waiter after release: {:?}",
+            waiter
+                .wait_for("second-got-it", Duration::from_secs(15))
+                .await
+        ),
+    );
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_mutual_exclusion_same_as_etcd() {
+    bounded(LIMIT, async {
+        let want = etcdctl_lock_scenario(Flavor::Etcd).await;
+        let got = etcdctl_lock_scenario(Flavor::Retcd).await;
+        assert_eq!(
+            want,
+            vec![
+                "exec: code=0 out=ran-under-lock".to_string(),
+                "holder: L1/<LEASE>".to_string(),
+                "waiter while held: false".to_string(),
+                "waiter after release: true".to_string(),
+            ],
+            "the scenario itself changed on real etcd"
+        );
+        assert_eq!(got, want);
+    })
+    .await;
+}
+
+async fn etcdctl_elect_scenario(flavor: Flavor) -> Vec<String> {
+    let c = Cluster::start(flavor, 1, &[]).await.expect("start");
+    let ep = c.endpoints()[0].clone();
+    let mut seen = Vec::new();
+    let observer = Bg::spawn(&ep, &["elect", "-l", "E1"]);
+    let mut first = Bg::spawn(&ep, &["elect", "E1", "v1"]);
+    assert!(
+        first.wait_for("v1", Duration::from_secs(10)).await,
+        "first not leader"
+    );
+    push(
+        &mut seen,
+        format!("first: {}", mask_lease(first.output().trim())),
+    );
+    let second = Bg::spawn(&ep, &["elect", "E1", "v2"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    push(
+        &mut seen,
+        format!("second while first leads: {:?}", second.output()),
+    );
+    first.terminate();
+    assert!(
+        second.wait_for("v2", Duration::from_secs(15)).await,
+        "{}: second never became leader",
+        flavor.name()
+    );
+    push(
+        &mut seen,
+        format!("second: {}", mask_lease(second.output().trim())),
+    );
+    assert!(
+        observer.wait_for("v2", Duration::from_secs(10)).await,
+        "observer missed v2"
+    );
+    push(
+        &mut seen,
+        format!("observer: {}", mask_lease(observer.output().trim())),
+    );
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_elect_same_as_etcd() {
+    bounded(LIMIT, async {
+        let want = etcdctl_elect_scenario(Flavor::Etcd).await;
+        let got = etcdctl_elect_scenario(Flavor::Retcd).await;
+        assert_eq!(got, want);
+    })
+    .await;
+}
+
+/// What a client sees of the Lock and Election services, errors included.
+/// Records what was seen; `RETCD_TEST_TRACE=1` prints it as it happens.
+fn push(seen: &mut Vec<String>, s: String) {
+    if std::env::var_os("RETCD_TEST_TRACE").is_some() {
+        eprintln!("trace: {s}");
+    }
+    seen.push(s);
+}
+
+async fn service_scenario(flavor: Flavor) -> Vec<String> {
+    let c = Cluster::start(flavor, 1, &[]).await.expect("start");
+    let mut cl: Client = c.client(0).await.expect("client");
+    let mut seen = Vec::new();
+    let err = |e: &etcd_client::Error| format!("{:?}", grpc_error(e));
+
+    // Lock: the holder's key is name/<lease hex>; a second locker waits.
+    let l1 = cl.lease_grant(30, None).await.expect("grant").id();
+    let l2 = cl.lease_grant(30, None).await.expect("grant").id();
+    let held = cl
+        .lock("svc-lock", Some(LockOptions::new().with_lease(l1)))
+        .await
+        .expect("lock");
+    push(
+        &mut seen,
+        format!(
+            "lock key is name/lease: {}",
+            held.key() == format!("svc-lock/{l1:x}").as_bytes()
+        ),
+    );
+    let mut cl2 = cl.clone();
+    let waiter = tokio::spawn(async move {
+        cl2.lock("svc-lock", Some(LockOptions::new().with_lease(l2)))
+            .await
+            .map(|r| r.key().to_vec())
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    push(
+        &mut seen,
+        format!("second lock waits: {}", !waiter.is_finished()),
+    );
+    cl.unlock(held.key()).await.expect("unlock");
+    let k2 = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("second lock acquired in time")
+        .expect("join")
+        .expect("lock");
+    push(
+        &mut seen,
+        format!(
+            "second lock key: {}",
+            k2 == format!("svc-lock/{l2:x}").as_bytes()
+        ),
+    );
+    // A lock with an unknown lease fails as the put under it fails.
+    match cl
+        .lock("svc-lock2", Some(LockOptions::new().with_lease(0x7777)))
+        .await
+    {
+        Ok(_) => push(&mut seen, "lock with unknown lease: ok".into()),
+        Err(e) => push(&mut seen, format!("lock with unknown lease: {}", err(&e))),
+    }
+
+    // Election.
+    match cl.leader("svc-elect").await {
+        Ok(_) => push(&mut seen, "leader of empty election: ok".into()),
+        Err(e) => push(&mut seen, format!("leader of empty election: {}", err(&e))),
+    }
+    // Observe is a long-lived stream: a client without a request timeout.
+    let mut streaming = Client::connect(c.endpoints(), None).await.expect("connect");
+    // etcd sends the stream's headers with its first message, so the
+    // observer runs in its own task and reports leader values on a channel.
+    let (otx, mut orx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let observer = tokio::spawn(async move {
+        let mut observe = streaming.observe("svc-elect").await.expect("observe");
+        while let Ok(Some(m)) = observe.message().await {
+            let v = String::from_utf8_lossy(m.kv().expect("kv").value()).to_string();
+            if otx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let a = cl.campaign("svc-elect", "a", l1).await.expect("campaign");
+    let leader_key = a.leader().expect("leader key").clone();
+    push(
+        &mut seen,
+        format!(
+            "campaign key: {} rev>0: {}",
+            leader_key.key() == format!("svc-elect/{l1:x}").as_bytes(),
+            leader_key.rev() > 0
+        ),
+    );
+    let v = cl.leader("svc-elect").await.expect("leader");
+    push(
+        &mut seen,
+        format!(
+            "leader value: {}",
+            String::from_utf8_lossy(v.kv().expect("kv").value())
+        ),
+    );
+    cl.proclaim(
+        "a2",
+        Some(ProclaimOptions::new().with_leader(leader_key.clone())),
+    )
+    .await
+    .expect("proclaim");
+    let mut observed = Vec::new();
+    while observed.len() < 2 {
+        let v = tokio::time::timeout(Duration::from_secs(10), orx.recv())
+            .await
+            .expect("observe in time")
+            .expect("observe stream open");
+        observed.push(v);
+    }
+    observer.abort();
+    push(&mut seen, format!("observed: {observed:?}"));
+    let mut cl3 = cl.clone();
+    let b = tokio::spawn(async move { cl3.campaign("svc-elect", "b", l2).await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    push(
+        &mut seen,
+        format!("second candidate waits: {}", !b.is_finished()),
+    );
+    cl.resign(Some(ResignOptions::new().with_leader(leader_key.clone())))
+        .await
+        .expect("resign");
+    tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .expect("second elected in time")
+        .expect("join")
+        .expect("campaign");
+    let v = cl.leader("svc-elect").await.expect("leader");
+    push(
+        &mut seen,
+        format!(
+            "new leader value: {}",
+            String::from_utf8_lossy(v.kv().expect("kv").value())
+        ),
+    );
+    // The resigned leader can no longer proclaim.
+    match cl
+        .proclaim(
+            "stale",
+            Some(ProclaimOptions::new().with_leader(leader_key)),
+        )
+        .await
+    {
+        Ok(_) => push(&mut seen, "stale proclaim: ok".into()),
+        Err(e) => push(&mut seen, format!("stale proclaim: {}", err(&e))),
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_and_election_services_same_as_etcd() {
+    bounded(LIMIT, async {
+        let want = service_scenario(Flavor::Etcd).await;
+        let got = service_scenario(Flavor::Retcd).await;
+        for line in &want {
+            eprintln!("etcd: {line}");
+        }
+        assert_eq!(got, want);
+    })
+    .await;
+}
