@@ -6,7 +6,9 @@
 //! (`RETCD_TEST_FLAVOR=etcd` validates the test against real etcd).
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -47,14 +49,16 @@ async fn next(s: &mut WatchStream) -> WatchResponse {
 
 // ---------------------------------------------------------------- etcdctl
 
-/// `etcdctl watch ARGS` in the background, killed (by PID) after `dur`.
+/// `etcdctl watch ARGS` in the background; its output is collected as it
+/// comes. Killed by PID when finished or dropped.
 struct BgWatch {
     child: Child,
+    out: Arc<Mutex<(String, String)>>,
 }
 
 impl BgWatch {
     fn start(endpoint: &str, args: &[&str]) -> BgWatch {
-        let child = Command::new(etcdctl_bin())
+        let mut child = Command::new(etcdctl_bin())
             .env("ETCDCTL_API", "3")
             .env_remove("ETCDCTL_ENDPOINTS")
             .arg(format!("--endpoints={endpoint}"))
@@ -65,23 +69,60 @@ impl BgWatch {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn etcdctl watch");
-        BgWatch { child }
+        let out = Arc::new(Mutex::new((String::new(), String::new())));
+        let so = child.stdout.take().expect("stdout");
+        let se = child.stderr.take().expect("stderr");
+        let (o1, o2) = (out.clone(), out.clone());
+        std::thread::spawn(move || {
+            for l in BufReader::new(so).lines().map_while(Result::ok) {
+                let mut g = o1.lock().unwrap();
+                g.0.push_str(&l);
+                g.0.push('\n');
+            }
+        });
+        std::thread::spawn(move || {
+            for l in BufReader::new(se).lines().map_while(Result::ok) {
+                let mut g = o2.lock().unwrap();
+                g.1.push_str(&l);
+                g.1.push('\n');
+            }
+        });
+        BgWatch { child, out }
     }
 
-    /// Stops it and returns its normalised stdout and stderr.
-    fn finish(mut self) -> (String, String) {
+    /// Waits (at most 15 s) until the watcher printed something.
+    async fn wait_output(&self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline && self.out.lock().unwrap().0.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the output has been quiet for a second (at most 15 s),
+    /// stops the process and returns its normalised stdout and stderr.
+    /// Quiescence rather than a fixed sleep keeps this right on a loaded
+    /// machine.
+    async fn finish(mut self) -> (String, String) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut last = self.out.lock().unwrap().clone();
+        let mut quiet_since = Instant::now();
+        while Instant::now() < deadline && quiet_since.elapsed() < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.out.lock().unwrap().clone();
+            if now != last {
+                last = now;
+                quiet_since = Instant::now();
+            }
+        }
         let _ = Command::new("kill")
             .args(["-s", "TERM", &self.child.id().to_string()])
             .status();
-        let out = std::mem::replace(
-            &mut self.child,
-            Command::new("true").spawn().expect("spawn true"),
-        )
-        .wait_with_output()
-        .expect("wait etcdctl");
-        let norm = |b: &[u8]| {
-            String::from_utf8_lossy(b)
-                .lines()
+        let _ = self.child.wait();
+        // Let the reader threads drain the pipes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (so, se) = self.out.lock().unwrap().clone();
+        let norm = |s: &str| {
+            s.lines()
                 .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
                     Ok(mut v) if v.is_object() => {
                         normalize_json(&mut v);
@@ -92,7 +133,7 @@ impl BgWatch {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        (norm(&out.stdout), norm(&out.stderr))
+        (norm(&so), norm(&se))
     }
 }
 
@@ -149,7 +190,10 @@ async fn watch_script(c: &Cluster) -> Vec<(String, (String, String))> {
     for (n, a) in &hist {
         bg.push((n.to_string(), BgWatch::start(&ep, a)));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Every watcher has its history before the compaction below.
+    for (_, w) in &bg {
+        w.wait_output().await;
+    }
     ctl(&["compact", "6"]);
     let after: Vec<(&str, Vec<&str>)> = vec![
         ("compacted json", vec!["--rev=3", "k/a", "-w", "json"]),
@@ -163,7 +207,11 @@ async fn watch_script(c: &Cluster) -> Vec<(String, (String, String))> {
         bg.push((n.to_string(), BgWatch::start(&ep, a)));
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    bg.into_iter().map(|(n, w)| (n, w.finish())).collect()
+    let mut out = Vec::new();
+    for (n, w) in bg {
+        out.push((n, w.finish().await));
+    }
+    out
 }
 
 /// `etcdctl watch` (live, history, --prev-kv, --prefix, from-key, -w json,
