@@ -715,6 +715,40 @@ async fn watch_slow_consumer() {
     bounded(LIMIT, async {
         let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
         let mut cl = c.client(0).await.expect("connect");
+        let value = "x".repeat(2048);
+        let n = 1500;
+        // 4 concurrent writers put n values under `prefix`; their latencies.
+        let write = |prefix: &'static str| {
+            let ep = c.endpoints();
+            let value = value.clone();
+            async move {
+                let mut tasks = Vec::new();
+                for w in 0..4 {
+                    let (ep, value) = (ep.clone(), value.clone());
+                    tasks.push(tokio::spawn(async move {
+                        let mut cl = retcd_tests::cluster::connect(&ep).await.unwrap();
+                        let mut lat = Vec::new();
+                        for i in 0..n / 4 {
+                            let t = Instant::now();
+                            cl.put(format!("{prefix}{w}/{i}"), value.clone(), None)
+                                .await
+                                .unwrap();
+                            lat.push(t.elapsed());
+                        }
+                        lat
+                    }));
+                }
+                let mut lat: Vec<Duration> = Vec::new();
+                for t in tasks {
+                    lat.extend(t.await.unwrap());
+                }
+                lat.sort();
+                lat
+            }
+        };
+        let mean = |l: &[Duration]| l.iter().sum::<Duration>() / l.len() as u32;
+        // Baseline: the same writes with no watcher.
+        let base = write("base/").await;
         let start = cl
             .put("slow/seed", "0", None)
             .await
@@ -727,34 +761,19 @@ async fn watch_slow_consumer() {
             .await
             .unwrap();
         assert!(next(&mut s).await.created());
-        let value = "x".repeat(2048);
-        let n = 1500;
-        let mut tasks = Vec::new();
-        for w in 0..4 {
-            let ep = c.endpoints();
-            let value = value.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut cl = retcd_tests::cluster::connect(&ep).await.unwrap();
-                let mut lat = Vec::new();
-                for i in 0..n / 4 {
-                    let t = Instant::now();
-                    cl.put(format!("slow/{w}/{i}"), value.clone(), None)
-                        .await
-                        .unwrap();
-                    lat.push(t.elapsed());
-                }
-                lat
-            }));
-        }
-        let mut lat: Vec<Duration> = Vec::new();
-        for t in tasks {
-            lat.extend(t.await.unwrap());
-        }
-        lat.sort();
-        let p99 = lat[lat.len() * 99 / 100];
+        // The watcher reads nothing while the writers run.
+        let slow = write("slow/").await;
+        let (mb, ms) = (mean(&base), mean(&slow));
+        eprintln!(
+            "put mean {mb:?} (p99 {:?}) without a watcher, {ms:?} (p99 {:?}) with a stalled one",
+            base[base.len() * 99 / 100],
+            slow[slow.len() * 99 / 100]
+        );
+        // Issue 3: put latency stays within 2x of the run without that
+        // consumer (plus 2 ms of slack for a shared, noisy machine).
         assert!(
-            p99 < Duration::from_secs(1),
-            "put p99 {p99:?} with a stalled watcher"
+            ms <= mb * 2 + Duration::from_millis(2),
+            "put mean {ms:?} with a stalled watcher vs {mb:?} without"
         );
         let mut revs = Vec::new();
         while revs.len() < n {
