@@ -2,6 +2,7 @@
 //! HTTP endpoints, configured with etcd's flags.
 
 pub mod apply;
+pub mod authority_fix;
 pub mod config;
 pub mod error;
 pub mod grpc;

@@ -1,6 +1,7 @@
 //! Process lifecycle: bind listeners, start the server, serve until
 //! SIGTERM/SIGINT, then stop in order (clients, raft thread, backend).
 
+use crate::authority_fix::AuthorityFix;
 use crate::config::{split_urls, url_host_port, Config};
 use crate::server::EtcdServer;
 use crate::transport::Transport;
@@ -8,6 +9,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     cfg.validate().map_err(anyhow::Error::msg)?;
@@ -27,7 +29,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             let r = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .add_service(svc)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(l), async move {
+                .serve_with_incoming_shutdown(nodelay(l), async move {
                     let _ = rx.wait_for(|s| *s).await;
                 })
                 .await;
@@ -62,9 +64,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
                 .accept_http1(true)
                 .tcp_nodelay(true)
                 .add_routes(axum_router.into())
-                .serve_with_incoming_shutdown(TcpListenerStream::new(l), async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
+                .serve_with_incoming_shutdown(
+                    nodelay(l).map(|s| s.map(AuthorityFix::new)),
+                    async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    },
+                )
                 .await;
             if let Err(e) = r {
                 tracing::error!(error = %e, "client server failed");
@@ -86,6 +91,18 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     }
     server.stop().await;
     Ok(())
+}
+
+/// Accepted connections with TCP_NODELAY (small gRPC frames must not wait
+/// for Nagle's algorithm).
+fn nodelay(
+    l: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    TcpListenerStream::new(l).map(|s| {
+        let s = s?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    })
 }
 
 async fn shutdown_signal() {

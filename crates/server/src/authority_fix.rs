@@ -1,0 +1,385 @@
+//! Client connections, with one repair on the way in: etcdctl 3.4 (and Go
+//! clientv3 3.4's per-endpoint calls: `endpoint status`, `endpoint hashkv`,
+//! `defrag`, `move-leader`) dial the endpoint string itself as the gRPC
+//! target, so its requests carry `:authority: http://127.0.0.1:2379`. Go's
+//! server accepts that; Rust's HTTP/2 server (h2) rejects it as a malformed
+//! URI authority and resets the stream. `AuthorityFix` wraps the TCP stream
+//! and rewrites such an `:authority` value to `127.0.0.1:2379` inside the
+//! HEADERS frames the client sends, before h2 parses them. Everything else
+//! passes through byte for byte.
+//!
+//! Why rewriting one literal keeps HPACK consistent: the rewritten value is
+//! shorter, so when the client adds the field to its dynamic table, the
+//! server's copy of that entry is smaller. Indices count from the newest
+//! entry, so every index the client can send (≤ its table's length) still
+//! names the same entry on the server, which at worst keeps a few more old
+//! entries within the same size limit.
+//!
+//! Worked example. The client sends HEADERS with the block
+//! `41 15 "http://127.0.0.1:2379" …` (literal with incremental indexing,
+//! name = static index 1 `:authority`, 21-byte raw value). The wrapper
+//! emits `41 0e "127.0.0.1:2379" …` and fixes the frame length. The next
+//! request on the connection refers to the pair by index (`be`), which the
+//! server's table now resolves to the repaired value.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+const PREFACE_LEN: usize = 24;
+const FRAME_HEADER: usize = 9;
+const TYPE_HEADERS: u8 = 0x1;
+const FLAG_END_HEADERS: u8 = 0x4;
+const FLAG_PADDED: u8 = 0x8;
+const FLAG_PRIORITY: u8 = 0x20;
+/// Frames above this are passed through unparsed (h2 refuses frames over
+/// its advertised maximum anyway).
+const MAX_PARSED_FRAME: usize = 1 << 24;
+
+pub struct AuthorityFix {
+    inner: TcpStream,
+    /// Bytes read from the socket not yet handed on (incomplete frames).
+    pending: Vec<u8>,
+    /// Bytes ready for the reader.
+    ready: Vec<u8>,
+    ready_pos: usize,
+    /// Preface bytes still to pass through before the first frame.
+    preface_left: usize,
+    /// Once a frame could not be parsed, everything passes through.
+    passthrough: bool,
+}
+
+impl AuthorityFix {
+    pub fn new(inner: TcpStream) -> Self {
+        AuthorityFix {
+            inner,
+            pending: Vec::new(),
+            ready: Vec::new(),
+            ready_pos: 0,
+            preface_left: PREFACE_LEN,
+            passthrough: false,
+        }
+    }
+
+    /// Moves every complete frame from `pending` to `ready`, repaired.
+    fn process(&mut self) {
+        let mut pos = 0;
+        let buf = std::mem::take(&mut self.pending);
+        loop {
+            let rest = &buf[pos..];
+            if self.passthrough {
+                self.ready.extend_from_slice(rest);
+                pos = buf.len();
+                break;
+            }
+            if self.preface_left > 0 {
+                let n = self.preface_left.min(rest.len());
+                self.ready.extend_from_slice(&rest[..n]);
+                self.preface_left -= n;
+                pos += n;
+                if self.preface_left > 0 {
+                    break;
+                }
+                continue;
+            }
+            if rest.len() < FRAME_HEADER {
+                break;
+            }
+            let len = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
+            if len > MAX_PARSED_FRAME {
+                self.passthrough = true;
+                continue;
+            }
+            if rest.len() < FRAME_HEADER + len {
+                break;
+            }
+            let frame = &rest[..FRAME_HEADER + len];
+            if frame[3] == TYPE_HEADERS && frame[4] & FLAG_END_HEADERS != 0 {
+                match rewrite_headers_frame(frame) {
+                    Some(fixed) => self.ready.extend_from_slice(&fixed),
+                    None => self.ready.extend_from_slice(frame),
+                }
+            } else {
+                self.ready.extend_from_slice(frame);
+            }
+            pos += FRAME_HEADER + len;
+        }
+        self.pending = buf[pos..].to_vec();
+    }
+}
+
+/// Returns the frame with its `:authority` repaired, or None when there is
+/// nothing to repair (or the block is not understood: then it is passed on
+/// unchanged and h2 judges it).
+fn rewrite_headers_frame(frame: &[u8]) -> Option<Vec<u8>> {
+    let flags = frame[4];
+    let payload = &frame[FRAME_HEADER..];
+    let mut start = 0;
+    let mut end = payload.len();
+    if flags & FLAG_PADDED != 0 {
+        let pad = *payload.first()? as usize;
+        start = 1;
+        end = end.checked_sub(pad)?;
+    }
+    let prio = if flags & FLAG_PRIORITY != 0 { 5 } else { 0 };
+    if start + prio > end {
+        return None;
+    }
+    let block = &payload[start + prio..end];
+    let new_block = rewrite_block(block)?;
+    let mut out = Vec::with_capacity(frame.len());
+    let new_len = prio + new_block.len();
+    out.extend_from_slice(&(new_len as u32).to_be_bytes()[1..]);
+    out.push(frame[3]);
+    out.push(flags & !FLAG_PADDED);
+    out.extend_from_slice(&frame[5..9]);
+    out.extend_from_slice(&payload[start..start + prio]);
+    out.extend_from_slice(&new_block);
+    Some(out)
+}
+
+/// HPACK integer with an `n`-bit prefix at `b[*i]` (RFC 7541 §5.1).
+fn read_int(b: &[u8], i: &mut usize, n: u8) -> Option<usize> {
+    let max = (1usize << n) - 1;
+    let mut v = (*b.get(*i)? as usize) & max;
+    *i += 1;
+    if v < max {
+        return Some(v);
+    }
+    let mut shift = 0;
+    loop {
+        let byte = *b.get(*i)?;
+        *i += 1;
+        v = v.checked_add(((byte & 0x7f) as usize).checked_shl(shift)?)?;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+        shift += 7;
+        if shift > 28 {
+            return None;
+        }
+    }
+}
+
+fn write_int(out: &mut Vec<u8>, first_bits: u8, n: u8, v: usize) {
+    let max = (1usize << n) - 1;
+    if v < max {
+        out.push(first_bits | v as u8);
+        return;
+    }
+    out.push(first_bits | max as u8);
+    let mut rest = v - max;
+    while rest >= 0x80 {
+        out.push((rest as u8 & 0x7f) | 0x80);
+        rest >>= 7;
+    }
+    out.push(rest as u8);
+}
+
+/// A string literal at `b[*i]`: (decoded bytes, raw range).
+fn read_string(b: &[u8], i: &mut usize) -> Option<Vec<u8>> {
+    let huffman = *b.get(*i)? & 0x80 != 0;
+    let len = read_int(b, i, 7)?;
+    let raw = b.get(*i..i.checked_add(len)?)?;
+    *i += len;
+    if huffman {
+        let mut out = Vec::new();
+        httlib_huffman::decode(raw, &mut out, httlib_huffman::DecoderSpeed::FourBits).ok()?;
+        Some(out)
+    } else {
+        Some(raw.to_vec())
+    }
+}
+
+/// `http://host:port/` → `host:port`; None if `v` has no scheme.
+fn repaired(v: &[u8]) -> Option<Vec<u8>> {
+    let s = std::str::from_utf8(v).ok()?;
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))?;
+    Some(rest.trim_end_matches('/').as_bytes().to_vec())
+}
+
+/// Rewrites every literal `:authority` with a scheme in a header block.
+/// None when nothing changed or the block is not understood.
+fn rewrite_block(b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let mut changed = false;
+    while i < b.len() {
+        let first = b[i];
+        let field_start = i;
+        if first & 0x80 != 0 {
+            read_int(b, &mut i, 7)?; // indexed field
+        } else if first & 0xe0 == 0x20 {
+            read_int(b, &mut i, 5)?; // dynamic table size update
+        } else {
+            // literal: 01 (incremental, 6-bit), 0000 (without), 0001 (never), 4-bit
+            let n = if first & 0x40 != 0 { 6 } else { 4 };
+            let name_index = read_int(b, &mut i, n)?;
+            let name_is_authority = if name_index == 0 {
+                read_string(b, &mut i)? == b":authority"
+            } else {
+                name_index == 1
+            };
+            let name_end = i;
+            let value = read_string(b, &mut i)?;
+            if name_is_authority {
+                if let Some(fixed) = repaired(&value) {
+                    out.extend_from_slice(&b[field_start..name_end]);
+                    write_int(&mut out, 0x00, 7, fixed.len());
+                    out.extend_from_slice(&fixed);
+                    changed = true;
+                    continue;
+                }
+            }
+        }
+        out.extend_from_slice(&b[field_start..i]);
+    }
+    changed.then_some(out)
+}
+
+impl AsyncRead for AuthorityFix {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if this.ready_pos < this.ready.len() {
+                let n = (this.ready.len() - this.ready_pos).min(buf.remaining());
+                buf.put_slice(&this.ready[this.ready_pos..this.ready_pos + n]);
+                this.ready_pos += n;
+                if this.ready_pos == this.ready.len() {
+                    this.ready.clear();
+                    this.ready_pos = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            let mut tmp = [0u8; 16 * 1024];
+            let mut rb = ReadBuf::new(&mut tmp);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let got = rb.filled();
+                    if got.is_empty() {
+                        // EOF: hand on whatever is left, then EOF.
+                        if !this.pending.is_empty() {
+                            let rest = std::mem::take(&mut this.pending);
+                            this.ready.extend_from_slice(&rest);
+                            continue;
+                        }
+                        return Poll::Ready(Ok(()));
+                    }
+                    this.pending.extend_from_slice(got);
+                    this.process();
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for AuthorityFix {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl Connected for AuthorityFix {
+    type ConnectInfo = TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers_frame(block: &[u8], flags: u8) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&(block.len() as u32).to_be_bytes()[1..]);
+        f.push(TYPE_HEADERS);
+        f.push(flags);
+        f.extend_from_slice(&1u32.to_be_bytes());
+        f.extend_from_slice(block);
+        f
+    }
+
+    #[test]
+    fn test_raw_authority_with_scheme_is_repaired() {
+        // :method POST (idx 3), literal-incremental :authority (idx 1) raw.
+        let mut block = vec![0x83, 0x41, 21];
+        block.extend_from_slice(b"http://127.0.0.1:2379");
+        block.push(0x86); // :scheme http
+        let frame = headers_frame(&block, FLAG_END_HEADERS);
+        let fixed = rewrite_headers_frame(&frame).expect("rewritten");
+        let mut want = vec![0x83, 0x41, 14];
+        want.extend_from_slice(b"127.0.0.1:2379");
+        want.push(0x86);
+        assert_eq!(&fixed[FRAME_HEADER..], &want[..]);
+        assert_eq!(fixed[..3], [0, 0, want.len() as u8]);
+    }
+
+    #[test]
+    fn test_huffman_authority_is_repaired() {
+        let mut huff = Vec::new();
+        httlib_huffman::encode(b"http://localhost:2379/", &mut huff).unwrap();
+        let mut block = vec![0x41];
+        write_int(&mut block, 0x80, 7, huff.len());
+        block.extend_from_slice(&huff);
+        let frame = headers_frame(&block, FLAG_END_HEADERS);
+        let fixed = rewrite_headers_frame(&frame).expect("rewritten");
+        let mut i = FRAME_HEADER + 1;
+        assert_eq!(read_string(&fixed, &mut i).unwrap(), b"localhost:2379");
+    }
+
+    #[test]
+    fn test_valid_authority_and_other_frames_untouched() {
+        let mut block = vec![0x41, 14];
+        block.extend_from_slice(b"127.0.0.1:2379");
+        assert!(rewrite_headers_frame(&headers_frame(&block, FLAG_END_HEADERS)).is_none());
+        // Garbage never panics.
+        for n in 0..40u8 {
+            let block: Vec<u8> = (0..n).map(|x| x.wrapping_mul(37) ^ 0xa5).collect();
+            let _ = rewrite_headers_frame(&headers_frame(&block, FLAG_END_HEADERS | FLAG_PADDED));
+            let _ = rewrite_headers_frame(&headers_frame(&block, FLAG_END_HEADERS | FLAG_PRIORITY));
+        }
+    }
+
+    #[test]
+    fn test_long_integers_round_trip() {
+        for v in [0usize, 5, 126, 127, 128, 300, 16_384, 1 << 20] {
+            let mut b = Vec::new();
+            write_int(&mut b, 0, 7, v);
+            let mut i = 0;
+            assert_eq!(read_int(&b, &mut i, 7), Some(v));
+            assert_eq!(i, b.len());
+        }
+    }
+}
