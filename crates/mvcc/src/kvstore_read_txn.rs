@@ -3,14 +3,13 @@
 //! the same committed revision.
 
 use retcd_api::etcdserverpb::{
-    compare, request_op, response_op, RangeRequest, RangeResponse, ResponseHeader, ResponseOp,
+    request_op, response_op, RangeRequest, RangeResponse, ResponseHeader, ResponseOp,
     TxnRequest, TxnResponse,
 };
-use retcd_api::mvccpb::KeyValue;
 use retcd_storage::backend::KEY;
 
 use crate::kvstore::KvStore;
-use crate::kvstore_txn::compare_kv;
+use crate::kvstore_txn::compare_holds;
 use crate::range;
 use crate::MvccError;
 
@@ -77,14 +76,7 @@ fn eval(
             range_end: c.range_end.clone(),
             ..Default::default()
         })?;
-        let target = compare::CompareTarget::try_from(c.target).ok();
-        let ok = if rr.kvs.is_empty() {
-            target != Some(compare::CompareTarget::Value)
-                && compare_kv(c, target, &KeyValue::default())
-        } else {
-            rr.kvs.iter().all(|kv| compare_kv(c, target, kv))
-        };
-        if !ok {
+        if !compare_holds(c, &rr.kvs) {
             succeeded = false;
             break;
         }

@@ -379,14 +379,7 @@ impl<'a> WriteBatch<'a> {
                 ..Default::default()
             },
         )?;
-        let target = compare::CompareTarget::try_from(c.target).ok();
-        if rr.kvs.is_empty() {
-            if target == Some(compare::CompareTarget::Value) {
-                return Ok(false);
-            }
-            return Ok(compare_kv(c, target, &KeyValue::default()));
-        }
-        Ok(rr.kvs.iter().all(|kv| compare_kv(c, target, kv)))
+        Ok(compare_holds(c, &rr.kvs))
     }
 
     /// etcd's checkRequestPut and checkRequestRange over the chosen branch,
@@ -552,8 +545,20 @@ impl Drop for WriteBatch<'_> {
     }
 }
 
+/// etcd's `applyCompare` on the keys the compare's range holds: every key
+/// must satisfy it; no key compares as an empty KeyValue, except for VALUE
+/// which fails.
+pub(crate) fn compare_holds(c: &retcd_api::etcdserverpb::Compare, kvs: &[KeyValue]) -> bool {
+    let target = compare::CompareTarget::try_from(c.target).ok();
+    if kvs.is_empty() {
+        return target != Some(compare::CompareTarget::Value)
+            && compare_kv(c, target, &KeyValue::default());
+    }
+    kvs.iter().all(|kv| compare_kv(c, target, kv))
+}
+
 /// etcd's `compareKV`.
-pub(crate) fn compare_kv(
+fn compare_kv(
     c: &retcd_api::etcdserverpb::Compare,
     target: Option<compare::CompareTarget>,
     kv: &KeyValue,
