@@ -29,7 +29,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-const PREFACE_LEN: usize = 24;
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const PREFACE_LEN: usize = PREFACE.len();
 const FRAME_HEADER: usize = 9;
 const TYPE_HEADERS: u8 = 0x1;
 const FLAG_END_HEADERS: u8 = 0x4;
@@ -41,27 +42,53 @@ const MAX_PARSED_FRAME: usize = 1 << 24;
 
 pub struct AuthorityFix {
     inner: TcpStream,
-    /// Bytes read from the socket not yet handed on (incomplete frames).
-    pending: Vec<u8>,
-    /// Bytes ready for the reader.
-    ready: Vec<u8>,
+    fixer: FrameFixer,
+    /// Bytes ready for the reader, from `ready_pos` on.
     ready_pos: usize,
-    /// Preface bytes still to pass through before the first frame.
-    preface_left: usize,
-    /// Once a frame could not be parsed, everything passes through.
-    passthrough: bool,
 }
 
 impl AuthorityFix {
     pub fn new(inner: TcpStream) -> Self {
         AuthorityFix {
             inner,
+            fixer: FrameFixer::default(),
+            ready_pos: 0,
+        }
+    }
+}
+
+/// The byte-level part: fed what the socket delivers, it hands on complete
+/// frames (repaired) in `ready`, keeping incomplete ones in `pending`.
+struct FrameFixer {
+    pending: Vec<u8>,
+    ready: Vec<u8>,
+    /// Preface bytes still to pass through before the first frame.
+    preface_left: usize,
+    /// Not HTTP/2, or a frame too large to parse: everything passes through.
+    passthrough: bool,
+}
+
+impl Default for FrameFixer {
+    fn default() -> Self {
+        FrameFixer {
             pending: Vec::new(),
             ready: Vec::new(),
-            ready_pos: 0,
             preface_left: PREFACE_LEN,
             passthrough: false,
         }
+    }
+}
+
+impl FrameFixer {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        self.process();
+    }
+
+    /// At EOF: whatever is pending goes on as it is.
+    fn flush(&mut self) {
+        let rest = std::mem::take(&mut self.pending);
+        self.ready.extend_from_slice(&rest);
     }
 
     /// Moves every complete frame from `pending` to `ready`, repaired.
@@ -76,7 +103,14 @@ impl AuthorityFix {
                 break;
             }
             if self.preface_left > 0 {
+                // Only HTTP/2 (prior knowledge) is parsed; an HTTP/1.1
+                // request (`/health`, the JSON gateway) passes through.
                 let n = self.preface_left.min(rest.len());
+                let at = PREFACE_LEN - self.preface_left;
+                if rest[..n] != PREFACE[at..at + n] {
+                    self.passthrough = true;
+                    continue;
+                }
                 self.ready.extend_from_slice(&rest[..n]);
                 self.preface_left -= n;
                 pos += n;
@@ -250,12 +284,13 @@ impl AsyncRead for AuthorityFix {
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
         loop {
-            if this.ready_pos < this.ready.len() {
-                let n = (this.ready.len() - this.ready_pos).min(buf.remaining());
-                buf.put_slice(&this.ready[this.ready_pos..this.ready_pos + n]);
+            let ready = &mut this.fixer.ready;
+            if this.ready_pos < ready.len() {
+                let n = (ready.len() - this.ready_pos).min(buf.remaining());
+                buf.put_slice(&ready[this.ready_pos..this.ready_pos + n]);
                 this.ready_pos += n;
-                if this.ready_pos == this.ready.len() {
-                    this.ready.clear();
+                if this.ready_pos == ready.len() {
+                    ready.clear();
                     this.ready_pos = 0;
                 }
                 return Poll::Ready(Ok(()));
@@ -266,16 +301,13 @@ impl AsyncRead for AuthorityFix {
                 Poll::Ready(Ok(())) => {
                     let got = rb.filled();
                     if got.is_empty() {
-                        // EOF: hand on whatever is left, then EOF.
-                        if !this.pending.is_empty() {
-                            let rest = std::mem::take(&mut this.pending);
-                            this.ready.extend_from_slice(&rest);
-                            continue;
+                        if this.fixer.pending.is_empty() {
+                            return Poll::Ready(Ok(())); // EOF
                         }
-                        return Poll::Ready(Ok(()));
+                        this.fixer.flush();
+                        continue;
                     }
-                    this.pending.extend_from_slice(got);
-                    this.process();
+                    this.fixer.feed(got);
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
@@ -370,6 +402,38 @@ mod tests {
             let _ = rewrite_headers_frame(&headers_frame(&block, FLAG_END_HEADERS | FLAG_PADDED));
             let _ = rewrite_headers_frame(&headers_frame(&block, FLAG_END_HEADERS | FLAG_PRIORITY));
         }
+    }
+
+    #[test]
+    fn test_http1_passes_through() {
+        let req = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:2379\r\nConnection: close\r\n\r\n";
+        let mut f = FrameFixer::default();
+        // In small pieces, as a socket may deliver them.
+        for chunk in req.chunks(5) {
+            f.feed(chunk);
+        }
+        assert_eq!(f.ready, req.to_vec());
+        assert!(f.pending.is_empty());
+    }
+
+    #[test]
+    fn test_h2_stream_repaired_across_reads() {
+        let mut block = vec![0x83, 0x41, 21];
+        block.extend_from_slice(b"http://127.0.0.1:2379");
+        let headers = headers_frame(&block, FLAG_END_HEADERS);
+        let settings = [0u8, 0, 0, 0x4, 0, 0, 0, 0, 0]; // empty SETTINGS
+        let mut stream = PREFACE.to_vec();
+        stream.extend_from_slice(&settings);
+        stream.extend_from_slice(&headers);
+        let mut f = FrameFixer::default();
+        for chunk in stream.chunks(7) {
+            f.feed(chunk);
+        }
+        let mut want = PREFACE.to_vec();
+        want.extend_from_slice(&settings);
+        want.extend_from_slice(&rewrite_headers_frame(&headers).unwrap());
+        assert_eq!(f.ready, want);
+        assert!(f.pending.is_empty());
     }
 
     #[test]
