@@ -99,6 +99,16 @@ impl Cluster {
         Ok(c)
     }
 
+    /// A cluster of members built elsewhere in the harness (e.g. behind
+    /// peer proxies, see `crate::robustness`), owning `dir`.
+    pub(crate) fn from_parts(flavor: Flavor, members: Vec<Member>, dir: TempDir) -> Cluster {
+        Cluster {
+            flavor,
+            members,
+            dir: Some(dir),
+        }
+    }
+
     /// The temp dir holding data dirs and logs.
     pub fn dir(&self) -> PathBuf {
         self.dir

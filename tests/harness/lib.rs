@@ -18,15 +18,18 @@ pub mod binaries;
 pub mod cluster;
 pub mod etcdctl;
 pub mod http;
+pub mod membership;
 pub mod normalize;
 pub mod ports;
 pub mod process;
+pub mod robustness;
 pub mod wal;
 
 pub use binaries::{etcd_bin, etcdctl35_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor};
 pub use cluster::Cluster;
 pub use etcdctl::{etcdctl, etcdctl35, etcdctl_with_stdin, Output};
 pub use http::{http_get, HttpResponse};
+pub use membership::{initial_cluster_for, member_add_when_healthy};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};
 pub use process::Member;
 

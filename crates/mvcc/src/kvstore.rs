@@ -38,10 +38,12 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use prost::Message;
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
 use retcd_api::mvccpb::KeyValue;
-use retcd_storage::backend::{commit_with, Backend, CommitPolicy, KEY, LEASES, MEMBERS, META};
+use retcd_storage::backend::{
+    commit_with, Backend, CommitPolicy, ReadSnapshot, ALARM, KEY, LEASES, MEMBERS, META,
+};
 
 use crate::index::TreeIndex;
 use crate::kvstore_txn::WriteBatch;
@@ -67,7 +69,7 @@ pub(crate) struct Published {
     pub(crate) compact_rev: i64,
     pub(crate) consistent_index: u64,
     pub(crate) term: u64,
-    pub(crate) snapshot: Arc<ReadTransaction>,
+    pub(crate) snapshot: Arc<ReadSnapshot>,
 }
 
 /// What [`load`] reads back from the backend.
@@ -85,6 +87,11 @@ pub struct KvStore {
     pub(crate) batch_lock: Mutex<()>,
     pub(crate) index: RwLock<TreeIndex>,
     pub(crate) published: RwLock<Published>,
+    /// Bumped by every `restore_from` (an online defrag started before a
+    /// restore must not swap in the old data).
+    pub(crate) restores: std::sync::atomic::AtomicU64,
+    /// One online defrag at a time (taken before `batch_lock`).
+    pub(crate) defrag_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for KvStore {
@@ -167,7 +174,7 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
 impl KvStore {
     /// Opens the store over `backend`, rebuilding the index from `key`.
     pub fn open(backend: Arc<Backend>) -> Result<KvStore, MvccError> {
-        let snapshot = backend.db().begin_read()?;
+        let snapshot = backend.begin_read()?;
         let l = load(&snapshot)?;
         tracing::info!(
             rev = l.rev,
@@ -178,6 +185,8 @@ impl KvStore {
         Ok(KvStore {
             backend,
             batch_lock: Mutex::new(()),
+            restores: std::sync::atomic::AtomicU64::new(0),
+            defrag_lock: Mutex::new(()),
             index: RwLock::new(l.index),
             published: RwLock::new(Published {
                 rev: l.rev,
@@ -243,7 +252,7 @@ impl KvStore {
         compactions: &[i64],
         update: impl FnOnce(&mut Published),
     ) -> Result<(), MvccError> {
-        let snapshot = Arc::new(self.backend.db().begin_read()?);
+        let snapshot = Arc::new(self.backend.begin_read()?);
         let mut index = self.index.write();
         for &rev in compactions {
             index.compact(rev);
@@ -264,41 +273,17 @@ impl KvStore {
         }
     }
 
-    /// Serializes the committed `key`, `meta`, `members` and `leases` tables.
+    /// Serializes the committed `key`, `meta`, `members`, `leases` and
+    /// `alarm` tables.
     ///
     /// Format: `b"RETCDMVCC1"`, then records `table(u8: 1 key, 2 meta,
-    /// 3 members, 4 leases; integer keys as 8 bytes BE)
+    /// 3 members, 4 leases, 5 alarm; integer keys as 8 bytes BE)
     /// klen(u32 BE) k vlen(u32 BE) v`, then a `0` byte, then the CRC-32C
-    /// (u32 BE) of everything before it.
+    /// (u32 BE) of everything before it. See also
+    /// [`KvStore::snapshot_dump`], which streams the same bytes.
     pub fn dump(&self) -> Result<Vec<u8>, MvccError> {
-        let snapshot = self.published.read().snapshot.clone();
-        let mut out = DUMP_MAGIC.to_vec();
-        fn record(out: &mut Vec<u8>, table: u8, k: &[u8], v: &[u8]) {
-            out.push(table);
-            out.extend_from_slice(&(k.len() as u32).to_be_bytes());
-            out.extend_from_slice(k);
-            out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-            out.extend_from_slice(v);
-        }
-        for entry in snapshot.open_table(KEY)?.iter()? {
-            let (k, v) = entry?;
-            record(&mut out, 1, k.value(), v.value());
-        }
-        for entry in snapshot.open_table(META)?.iter()? {
-            let (k, v) = entry?;
-            record(&mut out, 2, k.value().as_bytes(), v.value());
-        }
-        for entry in snapshot.open_table(MEMBERS)?.iter()? {
-            let (k, v) = entry?;
-            record(&mut out, 3, &k.value().to_be_bytes(), v.value());
-        }
-        for entry in snapshot.open_table(LEASES)?.iter()? {
-            let (k, v) = entry?;
-            record(&mut out, 4, &k.value().to_be_bytes(), v.value());
-        }
-        out.push(0);
-        let crc = crate::hash::Crc32c::checksum(&out);
-        out.extend_from_slice(&crc.to_be_bytes());
+        let mut out = Vec::new();
+        self.snapshot_dump().write_to(&mut out)?;
         Ok(out)
     }
 
@@ -312,11 +297,13 @@ impl KvStore {
         txn.delete_table(META)?;
         txn.delete_table(MEMBERS)?;
         txn.delete_table(LEASES)?;
+        txn.delete_table(ALARM)?;
         {
             let mut key = txn.open_table(KEY)?;
             let mut meta = txn.open_table(META)?;
             let mut members = txn.open_table(MEMBERS)?;
             let mut leases = txn.open_table(LEASES)?;
+            let mut alarm = txn.open_table(ALARM)?;
             let int_key = |k: &[u8]| -> Result<[u8; 8], MvccError> {
                 k.try_into()
                     .map_err(|_| MvccError::Backend("invalid integer key in snapshot".into()))
@@ -335,6 +322,9 @@ impl KvStore {
                     3 => {
                         members.insert(u64::from_be_bytes(int_key(k)?), *v)?;
                     }
+                    5 => {
+                        alarm.insert(*k, *v)?;
+                    }
                     _ => {
                         leases.insert(i64::from_be_bytes(int_key(k)?), *v)?;
                     }
@@ -342,10 +332,12 @@ impl KvStore {
             }
         }
         commit_with(txn, CommitPolicy::Durable)?;
-        let snapshot = Arc::new(self.backend.db().begin_read()?);
+        let snapshot = Arc::new(self.backend.begin_read()?);
         let l = load(&snapshot)?;
         let mut index = self.index.write();
         *index = l.index;
+        self.restores
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         *self.published.write() = Published {
             rev: l.rev,
             compact_rev: l.compact_rev,
@@ -357,11 +349,13 @@ impl KvStore {
     }
 }
 
-const DUMP_MAGIC: &[u8] = b"RETCDMVCC1";
+pub(crate) const DUMP_MAGIC: &[u8] = b"RETCDMVCC1";
 
-type DumpRecord<'a> = (u8, &'a [u8], &'a [u8]);
+/// One record of a dump: (table, key, value); see [`KvStore::dump`].
+pub type DumpRecord<'a> = (u8, &'a [u8], &'a [u8]);
 
-fn parse_dump(data: &[u8]) -> Result<Vec<DumpRecord<'_>>, MvccError> {
+/// Checks a dump's CRC and splits it into records.
+pub fn parse_dump(data: &[u8]) -> Result<Vec<DumpRecord<'_>>, MvccError> {
     let bad = |what: &str| MvccError::Backend(format!("invalid snapshot: {what}"));
     if data.len() < DUMP_MAGIC.len() + 5 || !data.starts_with(DUMP_MAGIC) {
         return Err(bad("bad header"));
@@ -389,7 +383,7 @@ fn parse_dump(data: &[u8]) -> Result<Vec<DumpRecord<'_>>, MvccError> {
         rest = r;
         match table {
             0 if rest.is_empty() => return Ok(records),
-            1..=4 => {
+            1..=5 => {
                 let k = take(&mut rest)?;
                 let v = take(&mut rest)?;
                 records.push((table, k, v));

@@ -36,6 +36,10 @@ impl WriteBatch<'_> {
             return Err(MvccError::FutureRev);
         }
         let keep = self.store.index.read().keep(rev);
+        fail::fail_point!("mvcc_compact", |_| {
+            eprintln!("retcd: failpoint mvcc_compact: crashing (abort)");
+            std::process::abort()
+        });
         let upper = Revision::new(rev + 1, 0).to_bytes();
         {
             let mut table = self.wtxn().open_table(KEY)?;

@@ -3,8 +3,8 @@
 //! the same committed revision.
 
 use retcd_api::etcdserverpb::{
-    request_op, response_op, RangeRequest, RangeResponse, ResponseHeader, ResponseOp,
-    TxnRequest, TxnResponse,
+    request_op, response_op, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest,
+    TxnResponse,
 };
 use retcd_storage::backend::KEY;
 

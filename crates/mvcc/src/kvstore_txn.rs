@@ -513,7 +513,6 @@ impl<'a> WriteBatch<'a> {
             meta.insert(CONSISTENT_INDEX_KEY, index.to_be_bytes().as_slice())?;
             meta.insert(TERM_KEY, term.to_be_bytes().as_slice())?;
         }
-        self.store.backend.record_size_in_use(&txn);
         commit_with(
             txn,
             if durable {

@@ -3,9 +3,9 @@
 
 use crate::error::ServerError;
 use retcd_api::etcdserverpb::{
-    request_op, response_op, CompactionResponse, DeleteRangeResponse, LeaseGrantResponse,
-    LeaseRevokeResponse, PutRequest, PutResponse, RangeResponse, ResponseHeader, TxnRequest,
-    TxnResponse,
+    alarm_request::AlarmAction, request_op, response_op, AlarmResponse, AlarmType,
+    CompactionResponse, DeleteRangeResponse, LeaseGrantResponse, LeaseRevokeResponse, PutRequest,
+    PutResponse, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 use retcd_api::retcdpb::InternalRaftRequest;
 use retcd_lease::Lessor;
@@ -21,6 +21,7 @@ pub enum ApplyResult {
     Compaction(CompactionResponse),
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
+    Alarm(AlarmResponse),
     /// Applied; nothing to return (publish).
     Empty,
     /// The request was applied and failed deterministically (on every member).
@@ -131,4 +132,80 @@ pub fn apply_request(
         ));
     };
     res.unwrap_or_else(|e| ApplyResult::Err(ServerError::Mvcc(e)))
+}
+
+/// The alarm-aware applier (etcd's `applierV3Capped` / `applierV3Corrupt`
+/// in front of the backend applier): applies `alarm` requests to the
+/// alarm store, and refuses changes while NOSPACE or CORRUPT is raised.
+/// Deterministic: alarms change only through applied entries.
+pub fn apply_with_alarms(
+    batch: &mut WriteBatch<'_>,
+    shared: &crate::server::Shared,
+    req: InternalRaftRequest,
+) -> ApplyResult {
+    let alarms = &shared.alarms;
+    if let Some(ar) = &req.alarm {
+        return apply_alarm(batch, alarms, ar);
+    }
+    if alarms.has(AlarmType::Corrupt)
+        && (req.put.is_some()
+            || req.delete_range.is_some()
+            || req.txn.is_some()
+            || req.compaction.is_some()
+            || req.range.is_some()
+            || req.lease_grant.is_some()
+            || req.lease_revoke.is_some())
+    {
+        return ApplyResult::Err(ServerError::Corrupt);
+    }
+    if alarms.has(AlarmType::Nospace) {
+        let writes = req.put.is_some()
+            || req.lease_grant.is_some()
+            || req
+                .txn
+                .as_ref()
+                .is_some_and(|t| !retcd_mvcc::is_txn_read_only(t));
+        if writes {
+            return ApplyResult::Err(ServerError::NoSpace);
+        }
+    }
+    apply_request(batch, &shared.lessor, req)
+}
+
+fn apply_alarm(
+    batch: &mut WriteBatch<'_>,
+    alarms: &crate::alarm::AlarmStore,
+    ar: &retcd_api::etcdserverpb::AlarmRequest,
+) -> ApplyResult {
+    let mut resp = AlarmResponse {
+        header: lease_header(batch),
+        alarms: vec![],
+    };
+    let res = match AlarmAction::try_from(ar.action) {
+        Ok(AlarmAction::Get) => {
+            resp.alarms = alarms.get(AlarmType::try_from(ar.alarm).unwrap_or(AlarmType::None));
+            Ok(())
+        }
+        Ok(AlarmAction::Activate) => alarms
+            .activate(batch.backend_txn(), ar.member_id, ar.alarm)
+            .map(|m| {
+                if let Some(m) = m {
+                    tracing::warn!(member = %format!("{:x}", m.member_id), alarm = %crate::alarm::alarm_string(&m), "alarm raised");
+                    resp.alarms.push(m);
+                }
+            }),
+        Ok(AlarmAction::Deactivate) => alarms
+            .deactivate(batch.backend_txn(), ar.member_id, ar.alarm)
+            .map(|m| {
+                if let Some(m) = m {
+                    tracing::info!(member = %format!("{:x}", m.member_id), alarm = %crate::alarm::alarm_string(&m), "alarm cleared");
+                    resp.alarms.push(m);
+                }
+            }),
+        Err(_) => Ok(()),
+    };
+    match res {
+        Ok(()) => ApplyResult::Alarm(resp),
+        Err(e) => ApplyResult::Err(ServerError::Internal(format!("etcdserver: alarm: {e}"))),
+    }
 }

@@ -31,6 +31,39 @@ pub enum ServerError {
     Timeout,
     #[error("etcdserver: mvcc: database space exceeded")]
     NoSpace,
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
+    #[error("etcdserver: invalid downgrade target version")]
+    InvalidDowngradeTargetVersion,
+    #[error("etcdserver: no inflight downgrade job")]
+    NoInflightDowngrade,
+    #[error("etcdserver: wrong downgrade target version format")]
+    WrongDowngradeVersionFormat,
+    // Membership and leader transfer (etcd's rpctypes texts).
+    #[error("etcdserver: member ID already exist")]
+    MemberExist,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExist,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    MemberNotEnoughStarted,
+    #[error("etcdserver: given member URLs are invalid")]
+    MemberBadUrls,
+    #[error("etcdserver: member not found")]
+    MemberNotFound,
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
+    #[error("etcdserver: unhealthy cluster")]
+    Unhealthy,
+    #[error("etcdserver: not leader")]
+    NotLeader,
+    #[error("etcdserver: bad leader transferee")]
+    BadLeaderTransferee,
+    #[error("etcdserver: request timed out, leader transfer took too long")]
+    LeaderTransferTimeout,
     #[error("{0}")]
     Internal(String),
 }

@@ -3,8 +3,22 @@
 use clap::Parser;
 use retcd_server::config::Config;
 
+/// mimalloc: glibc malloc was 20-30% of CPU under load (docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cfg = Config::parse();
+    // Failpoints build only: FAILPOINTS configures them; a panic anywhere crashes the process.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = {
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            default_hook(info);
+            std::process::abort()
+        }));
+        fail::FailScenario::setup()
+    };
     retcd_server::log::init(&cfg.log_level);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -17,7 +17,7 @@
 //! The consistent index rides in the same commit, so a restart skips entries
 //! already applied and re-applies the rest from the WAL.
 
-use crate::apply::{apply_request, ApplyResult};
+use crate::apply::{apply_with_alarms, ApplyResult};
 use crate::error::ServerError;
 use crate::raft_storage::RaftStorage;
 use crate::server::{Shared, Wait};
@@ -53,6 +53,18 @@ pub enum RaftInput {
     SnapshotReport(u64, bool),
     /// Ask the thread to leave its loop (after a durable backend commit).
     Stop(oneshot::Sender<()>),
+    /// Propose a membership change; `cc.id` is registered in `Wait`.
+    ProposeConfChange {
+        id: u64,
+        cc: ConfChange,
+    },
+    /// The leader's (member id, match index) for every member; `None` when
+    /// not the leader.
+    Progress(oneshot::Sender<Option<Vec<(u64, u64)>>>),
+    /// Hand leadership to this member (raft-rs `transfer_leader`).
+    TransferLeader(u64),
+    /// A peer refused our stream: this member was removed from the cluster.
+    Removed,
 }
 
 pub struct RaftNodeConfig {
@@ -74,7 +86,13 @@ pub struct RaftNode {
     pub cfg: RaftNodeConfig,
     /// Index of the last snapshot record saved in the WAL.
     pub snapshot_index: u64,
+    /// Membership: deferred conf changes, removal (see `membership`).
+    pub conf: crate::membership::ConfChangeState,
 }
+
+/// A removed member exits this long after it learnt of its removal (etcd
+/// waits so the change reaches the other members first).
+const REMOVED_EXIT_DELAY: Duration = Duration::from_secs(1);
 
 /// How often an unanswered ReadIndex is sent again (etcd: 500 ms).
 const READ_INDEX_RETRY: Duration = Duration::from_millis(500);
@@ -187,6 +205,17 @@ impl RaftNode {
                 }
             }
             self.publish_status();
+            self.retry_deferred_conf_changes();
+            if self
+                .conf
+                .removed_at
+                .is_some_and(|t| t.elapsed() >= REMOVED_EXIT_DELAY)
+            {
+                self.commit_durable();
+                tracing::warn!("{}; exiting", crate::transport::REMOVED_MEMBER);
+                eprintln!("retcd: {}", crate::transport::REMOVED_MEMBER);
+                std::process::exit(0);
+            }
             if let Some(done) = stop.take() {
                 self.commit_durable();
                 let _ = done.send(());
@@ -228,7 +257,107 @@ impl RaftNode {
                 },
             ),
             RaftInput::Stop(tx) => *stop = Some(tx),
+            RaftInput::ProposeConfChange { id, cc } => self.propose_conf_change(id, cc),
+            RaftInput::Progress(tx) => {
+                let r = &self.raw.raft;
+                let p = (r.state == StateRole::Leader)
+                    .then(|| r.prs().iter().map(|(id, pr)| (*id, pr.matched)).collect());
+                let _ = tx.send(p);
+            }
+            RaftInput::TransferLeader(id) => self.raw.transfer_leader(id),
+            RaftInput::Removed => {
+                self.conf.removed_at.get_or_insert_with(Instant::now);
+            }
         }
+    }
+
+    /// Proposes a conf change, holding it back while this leader still has
+    /// one unapplied (raft-rs would replace it with an empty entry and the
+    /// proposer would only time out).
+    fn propose_conf_change(&mut self, id: u64, cc: ConfChange) {
+        if self.raw.raft.state == StateRole::Leader && self.raw.raft.has_pending_conf() {
+            self.conf.deferred.push((id, cc, Instant::now()));
+            return;
+        }
+        if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
+            self.shared.metrics.proposals_failed.inc();
+            let err = match e {
+                raft::Error::ProposalDropped => ServerError::NoLeader,
+                other => ServerError::Internal(other.to_string()),
+            };
+            self.shared.wait.trigger(id, Err(err));
+        }
+    }
+
+    fn retry_deferred_conf_changes(&mut self) {
+        if self.conf.deferred.is_empty()
+            || (self.raw.raft.state == StateRole::Leader && self.raw.raft.has_pending_conf())
+        {
+            return;
+        }
+        let deferred = std::mem::take(&mut self.conf.deferred);
+        for (id, cc, since) in deferred {
+            // Its proposer has given up by then.
+            if since.elapsed() < Duration::from_secs(60) {
+                self.propose_conf_change(id, cc);
+            }
+        }
+    }
+
+    /// Applies a committed membership change: checks it (as etcd's
+    /// `ValidateConfigurationChange`), updates the member list (memory and
+    /// the batch's `members` table), raft's configuration and the
+    /// transport. A rejected change leaves raft's configuration alone.
+    /// (Takes the node's parts, not `self`: the batch borrows `self.kv`.)
+    fn apply_member_change(
+        raw: &mut RawNode<RaftStorage>,
+        shared: &Shared,
+        transport: &Transport,
+        conf: &mut crate::membership::ConfChangeState,
+        batch: &mut retcd_mvcc::WriteBatch<'_>,
+        cc: &ConfChange,
+    ) -> ApplyResult {
+        let change = match crate::membership::apply_conf_change(
+            shared,
+            batch,
+            cc,
+            conf.max_learners,
+        ) {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                tracing::warn!(node = %format!("{:x}", cc.node_id), error = %e, "conf change rejected");
+                return ApplyResult::Err(e);
+            }
+            Err(e) => fatal(&format!("failed to save members to the backend: {e}")),
+        };
+        use crate::membership::Change;
+        // An update changes only peer URLs: raft's configuration stays.
+        if !matches!(change, Change::Updated(_)) {
+            match raw.apply_conf_change(cc) {
+                Ok(cs) => raw.store().set_conf_state(cs),
+                Err(err) => tracing::warn!(error = %err, "raft refused conf change"),
+            }
+        }
+        let self_id = raw.raft.id;
+        transport.set_members(&shared.members.read());
+        tracing::info!(change = ?change, "applied a configuration change through raft");
+        match change {
+            Change::Added(m) => transport.add_peer(m.id, &m.peer_urls),
+            Change::Removed(id) if id == self_id => {
+                // raft-rs assumes a leader is in its own progress set (its
+                // commit path unwraps it): a removed leader steps down at
+                // once; the others elect a new one (which has the entry).
+                if raw.raft.state == StateRole::Leader {
+                    let term = raw.raft.term;
+                    raw.raft.become_follower(term, raft::INVALID_ID);
+                }
+                conf.removed_at.get_or_insert_with(Instant::now);
+            }
+            Change::Removed(id) => transport.remove_peer(id),
+            Change::Updated(m) if m.id != self_id => transport.update_peer(m.id, &m.peer_urls),
+            Change::Updated(_) | Change::Promoted(_) => {}
+        }
+        ApplyResult::Empty
     }
 
     /// Handles one Ready (and the LightReady after it). Returns the number of
@@ -256,9 +385,11 @@ impl RaftNode {
                 .as_ref()
                 .map(|h| h.write_to_bytes().expect("encode hard state"));
             let started = Instant::now();
-            if let Err(e) = self.wal.save(hs_bytes.as_deref(), &wal_entries) {
+            crate::fp::point("raft_before_save_wal");
+            if let Err(e) = crate::fp::wal_save(&mut self.wal, hs_bytes.as_deref(), &wal_entries) {
                 fatal(&format!("failed to save to the WAL: {e}"));
             }
+            crate::fp::point("raft_after_save_wal");
             self.shared
                 .metrics
                 .wal_fsync
@@ -353,6 +484,10 @@ impl RaftNode {
                 continue;
             }
             n += 1;
+            let is_cc = e.get_entry_type() != EntryType::EntryNormal;
+            if is_cc {
+                crate::fp::point("raft_before_apply_conf_change");
+            }
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
                     if !e.data.is_empty() {
@@ -366,7 +501,7 @@ impl RaftNode {
                                         a,
                                     )
                                     .unwrap_or_else(|e| ApplyResult::Err(e.into())),
-                                    None => apply_request(&mut batch, &self.shared.lessor, req),
+                                    None => apply_with_alarms(&mut batch, &self.shared, req),
                                 };
                                 results.push((id, res));
                             }
@@ -379,10 +514,15 @@ impl RaftNode {
                 EntryType::EntryConfChange => {
                     let mut cc = ConfChange::default();
                     if cc.merge_from_bytes(&e.data).is_ok() {
-                        match self.raw.apply_conf_change(&cc) {
-                            Ok(cs) => self.storage.set_conf_state(cs),
-                            Err(err) => tracing::warn!(error = %err, "conf change rejected"),
-                        }
+                        let res = Self::apply_member_change(
+                            &mut self.raw,
+                            &self.shared,
+                            &self.transport,
+                            &mut self.conf,
+                            &mut batch,
+                            &cc,
+                        );
+                        results.push((cc.id, res));
                     }
                 }
                 EntryType::EntryConfChangeV2 => {
@@ -395,6 +535,9 @@ impl RaftNode {
                     }
                 }
             }
+            if is_cc {
+                crate::fp::point("raft_after_apply_conf_change");
+            }
             batch.set_consistent_index(e.index, e.term);
             last = (e.index, e.term);
         }
@@ -404,9 +547,11 @@ impl RaftNode {
         }
         let events = batch.take_events();
         let started = Instant::now();
+        crate::fp::point("raft_before_commit_backend");
         if let Err(e) = batch.commit(false) {
             fatal(&format!("failed to commit to the backend: {e}"));
         }
+        crate::fp::point("raft_after_commit_backend");
         self.shared
             .metrics
             .backend_commit
@@ -427,11 +572,16 @@ impl RaftNode {
         self.shared
             .lessor
             .apply_events(events.iter().map(|(_, e)| e));
-        self.shared.watch.notify(self.kv.current_revision(), events);
+        self.shared
+            .watch
+            .notify(self.kv.current_revision(), crate::fp::watch_events(events));
     }
 
     /// Called after the store was replaced by a snapshot from the leader.
     fn after_restore(&self) {
+        if let Err(e) = self.shared.alarms.reload(self.kv.backend()) {
+            fatal(&format!("failed to load alarms from the snapshot: {e}"));
+        }
         if let Err(e) = self.shared.lessor.recover(&self.kv) {
             fatal(&format!("failed to recover leases from the snapshot: {e}"));
         }
@@ -462,11 +612,19 @@ impl RaftNode {
             term = meta.term,
             "applying snapshot from leader"
         );
+        crate::fp::point("raft_before_apply_snapshot");
         if let Err(e) = self.kv.restore_from(&snap.data) {
             fatal(&format!("failed to restore snapshot: {e}"));
         }
         match crate::membership::load(self.kv.backend()) {
-            Ok(m) if !m.is_empty() => *self.shared.members.write() = m,
+            Ok(m) if !m.is_empty() => {
+                // A member that joined learns its peers here.
+                for p in &m {
+                    self.transport.add_peer(p.id, &p.peer_urls);
+                }
+                self.transport.set_members(&m);
+                *self.shared.members.write() = m;
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot load members from the snapshot"),
         }
@@ -489,6 +647,7 @@ impl RaftNode {
             .store(meta.index, Ordering::Release);
         self.storage.apply_snapshot_meta(meta);
         self.after_restore();
+        crate::fp::point("raft_after_apply_snapshot");
     }
 
     /// Every `--snapshot-count` applied entries: make the backend durable,
@@ -500,6 +659,7 @@ impl RaftNode {
             return;
         }
         self.commit_durable();
+        crate::fp::point("raft_before_save_snapshot");
         let payload = self
             .storage
             .conf_state()
@@ -513,6 +673,7 @@ impl RaftNode {
             fatal(&format!("failed to save snapshot record to the WAL: {e}"));
         }
         self.snapshot_index = applied;
+        crate::fp::point("raft_after_save_snapshot");
         if let Err(e) = self.wal.release_to(applied) {
             tracing::warn!(error = %e, "failed to release old WAL segments");
         }

@@ -12,7 +12,7 @@ use anyhow::Context;
 use parking_lot::{Mutex, RwLock};
 use prost::Message as _;
 use protobuf::Message as _;
-use raft::eraftpb::{ConfState, Entry, HardState, SnapshotMetadata};
+use raft::eraftpb::{ConfChange, ConfState, Entry, HardState, SnapshotMetadata};
 use retcd_api::etcdserverpb::ResponseHeader;
 use retcd_api::retcdpb::{InternalRaftRequest, Member, WalMetadata};
 use retcd_mvcc::KvStore;
@@ -50,6 +50,8 @@ pub struct Shared {
     pub lessor: Arc<retcd_lease::Lessor>,
     /// The watchers; fed by the raft thread after each commit.
     pub watch: Arc<retcd_mvcc::WatchableStore>,
+    /// Raised alarms (NOSPACE, CORRUPT); changed only by applied entries.
+    pub alarms: crate::alarm::AlarmStore,
 }
 
 pub struct EtcdServer {
@@ -59,6 +61,8 @@ pub struct EtcdServer {
     pub kv: Arc<KvStore>,
     pub backend: Arc<Backend>,
     pub shared: Arc<Shared>,
+    /// The peer transport (membership checks read its peers' activity).
+    pub transport: Transport,
     /// Protects the sending side of the raft thread's input queue.
     raft_tx: Mutex<mpsc::Sender<RaftInput>>,
     next_id: AtomicU64,
@@ -94,9 +98,11 @@ impl EtcdServer {
                     .context("WAL snapshot record is not valid")?;
                 storage.apply_snapshot_meta(snapshot_meta(s.index, s.term, cs));
                 snapshot_index = s.index;
-            } else {
+            } else if cfg.initial_cluster_state != "existing" {
                 storage.set_conf_state(conf_state_of(&meta.members));
             }
+            // else: a member joining an existing cluster that has not got
+            // its first snapshot yet: empty configuration until it does.
             if let Some(h) = &contents.hard_state {
                 let mut hs = HardState::default();
                 hs.merge_from_bytes(h)
@@ -130,34 +136,63 @@ impl EtcdServer {
                     wal_dir.display()
                 );
             }
-            let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
-            let mut members: Vec<Member> = initial
-                .iter()
-                .map(|m| Member {
-                    id: ids::member_id(&m.peer_urls, &cfg.initial_cluster_token),
-                    name: m.name.clone(),
-                    peer_urls: m.peer_urls.clone(),
-                    client_urls: vec![],
-                    is_learner: false,
+            if cfg.initial_cluster_state == "existing" {
+                // Joining: IDs and members come from the cluster; the log
+                // starts empty and the leader sends a snapshot.
+                let (cluster_id, member_id, members) = crate::membership::join_existing(&cfg)?;
+                let meta = WalMetadata {
+                    member_id,
+                    cluster_id,
+                    members,
+                };
+                let wal = Wal::create(&wal_dir, &meta.encode_to_vec()).map_err(|e| {
+                    anyhow::anyhow!("cannot create WAL in {}: {e}", wal_dir.display())
+                })?;
+                tracing::info!(member = %format!("{:x}", member_id), cluster = %format!("{:x}", cluster_id), "joining existing cluster");
+                (wal, meta, 0)
+            } else {
+                let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
+                let mut members: Vec<Member> = initial
+                    .iter()
+                    .map(|m| Member {
+                        id: ids::member_id(&m.peer_urls, &cfg.initial_cluster_token),
+                        name: m.name.clone(),
+                        peer_urls: m.peer_urls.clone(),
+                        client_urls: vec![],
+                        is_learner: false,
+                    })
+                    .collect();
+                members.sort_by_key(|m| m.id);
+                let member_id = members
+                    .iter()
+                    .find(|m| m.name == cfg.name)
+                    .map(|m| m.id)
+                    .expect("validated: local name is in the initial cluster");
+                let cluster_id = ids::cluster_id(&members.iter().map(|m| m.id).collect::<Vec<_>>());
+                let meta = WalMetadata {
+                    member_id,
+                    cluster_id,
+                    members,
+                };
+                let mut wal = Wal::create(&wal_dir, &meta.encode_to_vec()).map_err(|e| {
+                    anyhow::anyhow!("cannot create WAL in {}: {e}", wal_dir.display())
+                })?;
+                // A new cluster's log starts after a snapshot at index 1 (term
+                // 1) holding the initial configuration, so a member added later
+                // (empty log) can only catch up by snapshot, as in etcd, where
+                // it would otherwise replay entries without the bootstrap
+                // configuration.
+                let cs = conf_state_of(&meta.members);
+                wal.save_snapshot(&retcd_storage::wal::WalSnapshot {
+                    index: 1,
+                    term: 1,
+                    payload: cs.write_to_bytes()?,
                 })
-                .collect();
-            members.sort_by_key(|m| m.id);
-            let member_id = members
-                .iter()
-                .find(|m| m.name == cfg.name)
-                .map(|m| m.id)
-                .expect("validated: local name is in the initial cluster");
-            let cluster_id = ids::cluster_id(&members.iter().map(|m| m.id).collect::<Vec<_>>());
-            let meta = WalMetadata {
-                member_id,
-                cluster_id,
-                members,
-            };
-            let wal = Wal::create(&wal_dir, &meta.encode_to_vec())
-                .map_err(|e| anyhow::anyhow!("cannot create WAL in {}: {e}", wal_dir.display()))?;
-            storage.set_conf_state(conf_state_of(&meta.members));
-            tracing::info!(member = %format!("{:x}", member_id), cluster = %format!("{:x}", cluster_id), "bootstrapping new member");
-            (wal, meta, 0)
+                .map_err(|e| anyhow::anyhow!("cannot write snapshot record to the WAL: {e}"))?;
+                storage.apply_snapshot_meta(snapshot_meta(1, 1, cs));
+                tracing::info!(member = %format!("{:x}", member_id), cluster = %format!("{:x}", cluster_id), "bootstrapping new member");
+                (wal, meta, 1)
+            }
         };
 
         // The backend may be ahead of the hard state's commit (commit is
@@ -206,6 +241,15 @@ impl EtcdServer {
         let mut members = crate::membership::load(&backend)?;
         if members.is_empty() {
             members = meta.members.clone();
+        } else {
+            if !members.iter().any(|m| m.id == meta.member_id) {
+                anyhow::bail!("the member has been permanently removed from the cluster");
+            }
+            // raft is restarted at the applied index, so conf changes
+            // applied after the WAL's snapshot record are not replayed to
+            // it: the configuration at the applied index is the member list
+            // committed with it (kept in lockstep with raft's by apply).
+            storage.set_conf_state(conf_state_of(&members));
         }
 
         let raft_cfg = raft::Config {
@@ -257,17 +301,20 @@ impl EtcdServer {
             raft_index: AtomicU64::new(0),
             lessor,
             watch: retcd_mvcc::WatchableStore::new(kv.clone()),
+            alarms: crate::alarm::AlarmStore::load(&backend)
+                .map_err(|e| anyhow::anyhow!("cannot load alarms: {e}"))?,
         });
         let (tx, rx) = mpsc::channel();
         transport.set_peers(meta.member_id, &members, tx.clone());
 
         let node = RaftNode {
+            conf: crate::membership::ConfChangeState::new(cfg.max_learners),
             raw,
             storage,
             wal,
             kv: kv.clone(),
             shared: shared.clone(),
-            transport,
+            transport: transport.clone(),
             rx,
             cfg: RaftNodeConfig {
                 tick: Duration::from_millis(cfg.heartbeat_interval),
@@ -293,6 +340,7 @@ impl EtcdServer {
             kv,
             backend,
             shared,
+            transport,
             raft_tx: Mutex::new(tx),
             // etcd's idutil: 16 bits of member id, then a time-seeded counter.
             next_id: AtomicU64::new(
@@ -303,6 +351,8 @@ impl EtcdServer {
         });
         tokio::spawn(crate::membership::publish(server.clone()));
         tokio::spawn(crate::grpc::lease::run_lessor(server.clone()));
+        crate::compactor::start(&server)?;
+        crate::corrupt::start(&server);
         Ok(server)
     }
 
@@ -378,6 +428,47 @@ impl EtcdServer {
                 }
             }
         }
+    }
+
+    /// Proposes a membership `ConfChange` and waits until it is applied
+    /// here; a change rejected at apply (unknown member, URL in use, ...)
+    /// returns its error.
+    pub async fn propose_conf_change(&self, mut cc: ConfChange) -> Result<(), ServerError> {
+        let id = self.next_request_id();
+        cc.id = id;
+        let (tx, rx) = oneshot::channel();
+        self.shared.wait.waiters.lock().insert(id, tx);
+        if let Err(e) = self.send(RaftInput::ProposeConfChange { id, cc }) {
+            self.shared.wait.waiters.lock().remove(&id);
+            return Err(e);
+        }
+        match tokio::time::timeout(self.request_timeout, rx).await {
+            Ok(Ok(Ok(ApplyResult::Err(e)))) => Err(e),
+            Ok(Ok(res)) => res.map(|_| ()),
+            Ok(Err(_)) => Err(ServerError::Stopped),
+            Err(_) => {
+                self.shared.wait.waiters.lock().remove(&id);
+                if self.shared.leader.load(Ordering::Acquire) == 0 {
+                    Err(ServerError::NoLeader)
+                } else {
+                    Err(ServerError::Timeout)
+                }
+            }
+        }
+    }
+
+    /// The leader's view of every member's match index, or `None` when this
+    /// member is not the leader.
+    pub async fn raft_progress(&self) -> Result<Option<Vec<(u64, u64)>>, ServerError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(RaftInput::Progress(tx))?;
+        rx.await.map_err(|_| ServerError::Stopped)
+    }
+
+    /// Asks raft to hand leadership to `transferee` (raft-rs
+    /// `transfer_leader`); the caller watches `leader()` for the outcome.
+    pub fn transfer_leadership(&self, transferee: u64) -> Result<(), ServerError> {
+        self.send(RaftInput::TransferLeader(transferee))
     }
 
     /// Stops the raft thread after a durable backend commit.

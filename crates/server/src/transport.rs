@@ -17,10 +17,10 @@ use retcd_api::etcdserverpb::{
 use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
 use retcd_api::retcdpb::raft_peer_server::{RaftPeer, RaftPeerServer};
 use retcd_api::retcdpb::{Member, MembersRequest, MembersResponse, RaftAck, RaftBatch};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc as tmpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
@@ -48,7 +48,22 @@ struct Inner {
     /// Protects the lessor handle (set once at start) that answers
     /// forwarded lease keepalives and TimeToLive.
     lessor: RwLock<Option<Arc<retcd_lease::Lessor>>>,
+    /// Protects the runtime handle (set once at start) on which peer sender
+    /// tasks are spawned when a member is added from the raft thread.
+    runtime: RwLock<Option<tokio::runtime::Handle>>,
+    /// Protects, per peer, since when its stream has been connected
+    /// (etcd's `ActiveSince`; absent while the peer is unreachable). Read by
+    /// the strict reconfiguration checks.
+    active: RwLock<HashMap<u64, Instant>>,
+    /// Protects the ids of members removed from the cluster (since this
+    /// process started): their streams are refused with
+    /// [`REMOVED_MEMBER`], which makes a removed member stop, as etcd's
+    /// peers answer a removed member's messages.
+    removed: RwLock<HashSet<u64>>,
 }
+
+/// What a peer answers a removed member's stream with (etcd's text).
+pub const REMOVED_MEMBER: &str = "the member has been permanently removed from the cluster";
 
 impl Transport {
     pub fn new() -> Self {
@@ -59,24 +74,69 @@ impl Transport {
     /// tokio runtime.
     pub fn set_peers(&self, self_id: u64, members: &[Member], raft: mpsc::Sender<RaftInput>) {
         *self.inner.raft.write() = Some(raft.clone());
-        let mut peers = self.inner.peers.write();
-        for m in members {
-            if m.id == self_id || peers.contains_key(&m.id) {
-                continue;
-            }
-            let (tx, rx) = tmpsc::channel(PEER_QUEUE);
-            peers.insert(m.id, tx);
-            tokio::spawn(peer_sender(
-                self_id,
-                m.id,
-                m.peer_urls.clone(),
-                rx,
-                raft.clone(),
-            ));
+        *self.inner.runtime.write() = Some(tokio::runtime::Handle::current());
+        {
+            let mut view = self.inner.view.write();
+            view.0 = self_id;
+            view.2 = members.to_vec();
         }
-        let mut view = self.inner.view.write();
-        view.0 = self_id;
-        view.2 = members.to_vec();
+        for m in members {
+            if m.id != self_id {
+                self.add_peer(m.id, &m.peer_urls);
+            }
+        }
+    }
+
+    /// Starts a sender task for a new peer (a no-op if it exists). May be
+    /// called from any thread once [`Self::set_peers`] has run.
+    pub fn add_peer(&self, id: u64, urls: &[String]) {
+        let (Some(raft), Some(rt)) = (
+            self.inner.raft.read().clone(),
+            self.inner.runtime.read().clone(),
+        ) else {
+            return;
+        };
+        let self_id = self.inner.view.read().0;
+        let mut peers = self.inner.peers.write();
+        if id == self_id || peers.contains_key(&id) {
+            return;
+        }
+        let (tx, rx) = tmpsc::channel(PEER_QUEUE);
+        peers.insert(id, tx);
+        rt.spawn(peer_sender(
+            self_id,
+            id,
+            urls.to_vec(),
+            rx,
+            raft,
+            self.inner.clone(),
+        ));
+    }
+
+    /// Stops sending to a removed peer (its task ends when its queue
+    /// closes) and refuses its streams from now on.
+    pub fn remove_peer(&self, id: u64) {
+        self.inner.peers.write().remove(&id);
+        self.inner.active.write().remove(&id);
+        self.inner.removed.write().insert(id);
+    }
+
+    /// A peer's URLs changed: restart its sender on the new URLs.
+    pub fn update_peer(&self, id: u64, urls: &[String]) {
+        self.inner.peers.write().remove(&id);
+        self.inner.active.write().remove(&id);
+        self.add_peer(id, urls);
+    }
+
+    /// The member list answered on `RaftPeer/Members`.
+    pub fn set_members(&self, members: &[Member]) {
+        self.inner.view.write().2 = members.to_vec();
+    }
+
+    /// Since when the stream to `id` has been up; `None` while it is down
+    /// (etcd's `Transport.ActiveSince`).
+    pub fn active_since(&self, id: u64) -> Option<Instant> {
+        self.inner.active.read().get(&id).copied()
     }
 
     pub fn set_lessor(&self, lessor: Arc<retcd_lease::Lessor>) {
@@ -121,7 +181,16 @@ async fn peer_sender(
     urls: Vec<String>,
     mut rx: tmpsc::Receiver<Message>,
     raft: mpsc::Sender<RaftInput>,
+    inner: Arc<Inner>,
 ) {
+    let set_active = |up: bool| {
+        let mut a = inner.active.write();
+        if !up {
+            a.remove(&to);
+        } else if inner.peers.read().contains_key(&to) {
+            a.entry(to).or_insert_with(Instant::now);
+        }
+    };
     let mut attempt = 0usize;
     'reconnect: loop {
         let url = urls[attempt % urls.len().max(1)].clone();
@@ -143,10 +212,16 @@ async fn peer_sender(
         let channel = match channel {
             Ok(c) => c,
             Err(_) => {
+                set_active(false);
                 // Drop what is queued; raft will resend.
                 let mut had_snapshot = false;
-                while let Ok(m) = rx.try_recv() {
-                    had_snapshot |= m.get_msg_type() == MessageType::MsgSnapshot;
+                loop {
+                    match rx.try_recv() {
+                        Ok(m) => had_snapshot |= m.get_msg_type() == MessageType::MsgSnapshot,
+                        // The peer was removed: stop.
+                        Err(tmpsc::error::TryRecvError::Disconnected) => return,
+                        Err(tmpsc::error::TryRecvError::Empty) => break,
+                    }
                 }
                 let _ = raft.send(RaftInput::Unreachable(to));
                 if had_snapshot {
@@ -161,6 +236,7 @@ async fn peer_sender(
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         let (btx, brx) = tmpsc::channel::<RaftBatch>(64);
         let mut call = tokio::spawn(async move { client.stream(ReceiverStream::new(brx)).await });
+        set_active(true);
         loop {
             tokio::select! {
                 m = rx.recv() => {
@@ -182,11 +258,18 @@ async fn peer_sender(
                         let _ = raft.send(RaftInput::SnapshotReport(s, ok));
                     }
                     if !ok {
+                        set_active(false);
                         let _ = raft.send(RaftInput::Unreachable(to));
                         continue 'reconnect;
                     }
                 }
-                _ = &mut call => {
+                res = &mut call => {
+                    set_active(false);
+                    if let Ok(Err(st)) = &res {
+                        if st.message() == REMOVED_MEMBER {
+                            let _ = raft.send(RaftInput::Removed);
+                        }
+                    }
                     let _ = raft.send(RaftInput::Unreachable(to));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue 'reconnect;
@@ -225,6 +308,9 @@ impl RaftPeer for PeerService {
             .ok_or_else(|| Status::unavailable("retcd: raft is not started"))?;
         while let Some(batch) = stream.next().await {
             let batch = batch?;
+            if self.inner.removed.read().contains(&batch.from) {
+                return Err(Status::failed_precondition(REMOVED_MEMBER));
+            }
             for bytes in batch.msgs {
                 match Message::parse_from_bytes(&bytes) {
                     Ok(m) => {

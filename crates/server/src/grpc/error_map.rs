@@ -31,7 +31,23 @@ pub fn to_status(err: ServerError) -> Status {
         | E::RequestTooLarge => Code::InvalidArgument,
         E::NoLeader | E::LeaderChanged | E::Stopped | E::Timeout => Code::Unavailable,
         E::NoSpace => Code::ResourceExhausted,
-        E::Internal(_) => Code::Unknown,
+        E::Corrupt => Code::DataLoss,
+        E::InvalidDowngradeTargetVersion | E::WrongDowngradeVersionFormat => Code::InvalidArgument,
+        E::NoInflightDowngrade => Code::FailedPrecondition,
+        E::MemberExist
+        | E::PeerUrlExist
+        | E::MemberNotLearner
+        | E::LearnerNotReady
+        | E::TooManyLearners
+        | E::NotLeader
+        | E::BadLeaderTransferee => Code::FailedPrecondition,
+        E::MemberBadUrls => Code::InvalidArgument,
+        E::MemberNotFound => Code::NotFound,
+        E::Unhealthy => Code::Unavailable,
+        // etcd maps "not enough started members" to its client-side error
+        // type, not a status, so it reaches clients as Unknown; a leader
+        // transfer timeout has no mapping at all.
+        E::MemberNotEnoughStarted | E::LeaderTransferTimeout | E::Internal(_) => Code::Unknown,
     };
     let msg = match &err {
         // etcd prefixes mvcc's own errors with "etcdserver: " on the wire.

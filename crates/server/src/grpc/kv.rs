@@ -59,6 +59,8 @@ impl Kv for KvService {
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let req = request.into_inner();
+        // etcd's quotaKVServer runs before the request checks.
+        crate::quota::check(&self.server, crate::quota::cost_put(&req)).await?;
         validate::check_put(&req)?;
         match self
             .propose(InternalRaftRequest {
@@ -98,6 +100,7 @@ impl Kv for KvService {
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let req = request.into_inner();
+        crate::quota::check(&self.server, crate::quota::cost_txn(&req)).await?;
         validate::check_txn(&req, self.server.cfg.max_txn_ops as usize)?;
         // As etcd: a txn that writes nothing is served from the local store
         // (after a ReadIndex unless every range is serializable).

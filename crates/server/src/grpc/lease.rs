@@ -250,6 +250,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        crate::quota::check(&self.server, crate::quota::LEASE_OVERHEAD).await?;
         let mut req = request.into_inner();
         // No ID given: the server picks one from its request id generator,
         // positive, as etcd.

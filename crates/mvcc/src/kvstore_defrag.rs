@@ -1,0 +1,248 @@
+//! Online defrag: rewrites the backend into a fresh file while puts and
+//! reads go on, then swaps the file under a pause that only writers notice
+//! and that lasts one short catch-up.
+//!
+//! Why this is correct: the `key` table is append-only at its end — every
+//! new row has a revision above the store's published revision — and only
+//! compaction removes rows, always at or below the compaction revision.
+//! So the rows that differ between two published states `a` and `b` are
+//! (1) rows with main revision `> a.rev` (copy them from `b`) and
+//! (2) when `b.compact_rev > a.compact_rev`, rows `<= b.compact_rev` that
+//! `b` no longer has (remove them). The other tables are small and copied
+//! whole. A `restore_from` (raft snapshot) meanwhile breaks the premise:
+//! the defrag is abandoned.
+//!
+//! Example: store at rev 1000 (S0). Copy S0's 1000 revisions while puts
+//! 1001..1400 commit and a compaction at 900 runs. Round 1 (S1, rev 1400,
+//! compact 900): copy revisions >= 1001, remove rows <= 900 that S1 lacks.
+//! Final round, batch lock held (S2, rev 1403): copy >= 1401, compare
+//! counts, commit durably, rename, swap. Writers waited for the final
+//! round only; readers never waited (they read S0..S2 from the old file
+//! until the swap publishes a snapshot of the new one).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redb::ReadableTableMetadata;
+use retcd_storage::backend::defrag::DefragTarget;
+use retcd_storage::backend::KEY;
+
+use crate::kvstore::{KvStore, Published};
+use crate::revision::Revision;
+use crate::MvccError;
+
+/// Catch-up rounds before the final (paused) one, at most.
+const MAX_ROUNDS: usize = 4;
+/// A round shorter than this leaves little for the final round.
+const SHORT_ROUND: Duration = Duration::from_millis(20);
+
+/// What a defrag did.
+#[derive(Clone, Debug, Default)]
+pub struct DefragStats {
+    /// File size before and after, in bytes.
+    pub size_before: u64,
+    pub size_after: u64,
+    /// Rows copied (all rounds).
+    pub rows_copied: u64,
+    /// Catch-up rounds run without the pause.
+    pub rounds: usize,
+    /// How long writers were held (the final round and the swap).
+    pub pause: Duration,
+    /// Wall time of the whole defrag.
+    pub total: Duration,
+}
+
+fn catch_up(target: &DefragTarget, from: &Published, to: &Published) -> Result<u64, MvccError> {
+    let mut n = 0;
+    if to.rev > from.rev {
+        let start = Revision::new(from.rev + 1, 0).to_bytes();
+        n += target.copy_keys(&to.snapshot, Some(&start))?;
+    }
+    if to.compact_rev > from.compact_rev {
+        let upper = Revision::new(to.compact_rev + 1, 0).to_bytes();
+        n += target.remove_compacted(&to.snapshot, &upper)?;
+    }
+    n += target.copy_small_tables(&to.snapshot)?;
+    Ok(n)
+}
+
+impl KvStore {
+    /// Defragments the backend without stopping readers or (for more than
+    /// one short catch-up) writers; see the module documentation.
+    pub fn defrag(&self) -> Result<DefragStats, MvccError> {
+        let _one = self.defrag_lock.lock();
+        let started = Instant::now();
+        let mut stats = DefragStats {
+            size_before: self.backend.size(),
+            ..Default::default()
+        };
+        let restores = self.restores.load(Ordering::SeqCst);
+        let target = DefragTarget::create(&self.backend)?;
+        let mut prev = self.published.read().clone();
+        DefragTarget::check_tables(&prev.snapshot)?;
+        stats.rows_copied += target.copy_keys(&prev.snapshot, None)?;
+        stats.rows_copied += target.copy_small_tables(&prev.snapshot)?;
+        for _ in 0..MAX_ROUNDS {
+            let t = Instant::now();
+            let cur = self.published.read().clone();
+            stats.rows_copied += catch_up(&target, &prev, &cur)?;
+            stats.rounds += 1;
+            prev = cur;
+            if t.elapsed() < SHORT_ROUND {
+                break;
+            }
+        }
+        // Make the bulk durable now, so the paused commit fsyncs little.
+        target.sync()?;
+        let paused = Instant::now();
+        {
+            let _guard = self.batch_lock.lock();
+            if self.restores.load(Ordering::SeqCst) != restores {
+                return Err(MvccError::Backend(
+                    "defrag: the store was replaced by a snapshot meanwhile; try again".into(),
+                ));
+            }
+            // With the batch lock held the published state is the last
+            // commit of the live file.
+            let last = self.published.read().clone();
+            stats.rows_copied += catch_up(&target, &prev, &last)?;
+            let want = last.snapshot.open_table(KEY)?.len()?;
+            let got = target.key_rows()?;
+            if want != got {
+                return Err(MvccError::Backend(format!(
+                    "defrag: copy has {got} revisions, store has {want}; defrag abandoned"
+                )));
+            }
+            target.finish(&self.backend)?;
+            let snapshot = Arc::new(self.backend.begin_read()?);
+            self.published.write().snapshot = snapshot;
+        }
+        stats.pause = paused.elapsed();
+        stats.size_after = self.backend.size();
+        stats.total = started.elapsed();
+        tracing::info!(
+            size_before = stats.size_before,
+            size_after = stats.size_after,
+            rows = stats.rows_copied,
+            rounds = stats.rounds,
+            pause_ms = stats.pause.as_secs_f64() * 1000.0,
+            took_ms = stats.total.as_secs_f64() * 1000.0,
+            "mvcc: defragmented the backend"
+        );
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use retcd_api::etcdserverpb::{PutRequest, RangeRequest};
+
+    use crate::kvstore_test::{new_store, reopen};
+    use crate::NoLeases;
+
+    use super::*;
+
+    fn put(s: &KvStore, k: &str, v: &[u8]) {
+        let mut b = s.begin_batch().unwrap();
+        b.put(
+            &PutRequest {
+                key: k.into(),
+                value: v.to_vec(),
+                ..Default::default()
+            },
+            &NoLeases,
+        )
+        .unwrap();
+        b.commit(false).unwrap();
+    }
+
+    fn all(s: &KvStore) -> Vec<(Vec<u8>, i64, i64, i64)> {
+        s.range(&RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            ..Default::default()
+        })
+        .unwrap()
+        .kvs
+        .into_iter()
+        .map(|kv| (kv.key, kv.create_revision, kv.mod_revision, kv.version))
+        .collect()
+    }
+
+    #[test]
+    fn test_defrag_shrinks_and_keeps_everything_under_concurrent_writes() {
+        let t = new_store();
+        let s = t.store.clone();
+        let big = vec![7u8; 2000];
+        for i in 0..3000 {
+            put(&s, &format!("k{}", i % 100), &big);
+        }
+        {
+            let mut b = s.begin_batch().unwrap();
+            b.compact(2900, true).unwrap();
+            b.commit(true).unwrap();
+        }
+        let before = s.backend().size();
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let s = s.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    put(&s, &format!("w{n}"), b"v");
+                    n += 1;
+                }
+                // a compaction racing the defrag
+                n
+            })
+        };
+        let stats = s.defrag().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let writes = writer.join().unwrap();
+        assert!(writes > 0);
+        eprintln!("{stats:?} before {before} writes during defrag {writes}");
+        assert!(stats.size_after < before, "{stats:?} before {before}");
+        let (h1, _, _) = s.hash_kv(0).unwrap();
+        let rows = all(&s);
+        assert_eq!(rows.len(), 100 + writes);
+        // writes after the swap land in the new file
+        put(&s, "after", b"x");
+        let (h2, _, _) = s.hash_kv(0).unwrap();
+        assert_ne!(h1, h2);
+        let rev = s.current_revision();
+        drop(s);
+        let t = reopen(t);
+        assert_eq!(t.store.current_revision(), rev);
+        assert_eq!(t.store.hash_kv(0).unwrap().0, h2);
+        assert_eq!(all(&t.store).len(), 100 + writes + 1);
+    }
+
+    #[test]
+    fn test_defrag_catches_up_a_compaction() {
+        let t = new_store();
+        let s = t.store.clone();
+        for i in 0..500 {
+            put(&s, &format!("k{}", i % 10), b"v");
+        }
+        let target = DefragTarget::create(s.backend()).unwrap();
+        let a = s.published.read().clone();
+        target.copy_keys(&a.snapshot, None).unwrap();
+        target.copy_small_tables(&a.snapshot).unwrap();
+        {
+            let mut b = s.begin_batch().unwrap();
+            b.compact(400, true).unwrap();
+            b.commit(false).unwrap();
+        }
+        put(&s, "z", b"z");
+        let b = s.published.read().clone();
+        catch_up(&target, &a, &b).unwrap();
+        assert_eq!(
+            target.key_rows().unwrap(),
+            b.snapshot.open_table(KEY).unwrap().len().unwrap()
+        );
+    }
+}

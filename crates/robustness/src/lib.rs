@@ -1,0 +1,25 @@
+//! retcd's robustness harness, the library half (the scenarios are
+//! `tests/tests/robustness*.rs`, the runner `tests/harness/robustness.rs`;
+//! see `docs/robustness.md`):
+//!
+//! * [`proxy`]: a userspace TCP proxy in front of peer ports — blackhole,
+//!   delay, drop, per direction;
+//! * [`traffic`]: seeded concurrent clients with unique values recording a
+//!   [`history::History`] (call/return times, unknown outcomes) and
+//!   watchers recording their streams;
+//! * [`linearizability`]: a WGL/porcupine-style search over [`model`] (etcd's
+//!   key space with revisions and leases), reporting a minimal failing prefix;
+//! * [`watch`]: ordered, unique, atomic, reliable, resumable, bookmarkable,
+//!   prev_kv and filter checks, against each other and the KV history;
+//! * [`seed`]: the run's seed (printed; `RETCD_ROBUSTNESS_SEED` replays it).
+
+pub mod history;
+pub mod linearizability;
+pub mod model;
+pub mod proxy;
+pub mod seed;
+pub mod traffic;
+pub mod watch;
+
+#[cfg(test)]
+mod checker_tests;

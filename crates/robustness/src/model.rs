@@ -1,0 +1,218 @@
+//! The model the histories are checked against: etcd's key space with
+//! revisions and leases.
+//!
+//! A state is the store revision, every live key with its
+//! `create/mod_revision`, `version` and lease, and every live lease with its
+//! keys. A step takes a request and, when known, the response the server
+//! gave; it returns the next state if that response is possible from this
+//! state. Example: from `{rev 5, a=x@4}`, `Put(a, y)` answered `rev 6` gives
+//! `{rev 6, a=y@6 (create 4, version 2)}`; answered `rev 7` it is rejected
+//! (a revision was skipped or another write is missing).
+//!
+//! An unknown outcome has two successors: the write applied (with any
+//! response) or not at all. Reads only filter.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use crate::history::{Kv, Request, Response};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct KvState {
+    pub rev: i64,
+    pub keys: BTreeMap<String, Kv>,
+    pub leases: BTreeMap<i64, BTreeSet<String>>,
+}
+
+impl KvState {
+    /// An empty store at revision `rev` (a new etcd cluster starts at 1).
+    pub fn new(rev: i64) -> KvState {
+        KvState {
+            rev,
+            ..Default::default()
+        }
+    }
+
+    pub fn hash64(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+
+    fn detach(&mut self, key: &str) {
+        if let Some(old) = self.keys.get(key) {
+            if old.lease != 0 {
+                if let Some(ks) = self.leases.get_mut(&old.lease) {
+                    ks.remove(key);
+                }
+            }
+        }
+    }
+
+    fn put(&mut self, key: &str, value: &str, lease: i64) {
+        self.rev += 1;
+        self.detach(key);
+        let (create, version) = match self.keys.get(key) {
+            Some(old) => (old.create_revision, old.version + 1),
+            None => (self.rev, 1),
+        };
+        self.keys.insert(
+            key.to_string(),
+            Kv {
+                key: key.to_string(),
+                value: value.to_string(),
+                create_revision: create,
+                mod_revision: self.rev,
+                version,
+                lease,
+            },
+        );
+        if lease != 0 {
+            self.leases
+                .entry(lease)
+                .or_default()
+                .insert(key.to_string());
+        }
+    }
+
+    /// Applies `req` and returns the response etcd gives for it.
+    pub fn apply(&mut self, req: &Request) -> Response {
+        match req {
+            Request::Get { key } => Response::Get {
+                kv: self.keys.get(key).cloned(),
+                rev: self.rev,
+            },
+            Request::Range { prefix } => Response::Range {
+                kvs: self
+                    .keys
+                    .range(prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(prefix.as_str()))
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+                rev: self.rev,
+            },
+            Request::Put { key, value, lease } => {
+                if *lease != 0 && !self.leases.contains_key(lease) {
+                    return Response::LeaseNotFound;
+                }
+                self.put(key, value, *lease);
+                Response::Put { rev: self.rev }
+            }
+            Request::Delete { key } => {
+                if self.keys.contains_key(key) {
+                    self.rev += 1;
+                    self.detach(key);
+                    self.keys.remove(key);
+                    Response::Delete {
+                        deleted: 1,
+                        rev: self.rev,
+                    }
+                } else {
+                    Response::Delete {
+                        deleted: 0,
+                        rev: self.rev,
+                    }
+                }
+            }
+            Request::Cas {
+                key,
+                expected_mod_rev,
+                value,
+            } => {
+                let cur = self.keys.get(key).map(|k| k.mod_revision).unwrap_or(0);
+                if cur == *expected_mod_rev {
+                    self.put(key, value, 0);
+                    Response::Cas {
+                        succeeded: true,
+                        kv: None,
+                        rev: self.rev,
+                    }
+                } else {
+                    Response::Cas {
+                        succeeded: false,
+                        kv: self.keys.get(key).cloned(),
+                        rev: self.rev,
+                    }
+                }
+            }
+            Request::LeaseGrant { id } => {
+                self.leases.entry(*id).or_default();
+                Response::LeaseGrant { rev: self.rev }
+            }
+            Request::LeaseRevoke { id } => match self.leases.remove(id) {
+                None => Response::LeaseNotFound,
+                Some(keys) => {
+                    let live: Vec<&String> =
+                        keys.iter().filter(|k| self.keys.contains_key(*k)).collect();
+                    if !live.is_empty() {
+                        self.rev += 1;
+                        for k in live {
+                            self.keys.remove(k);
+                        }
+                    }
+                    Response::LeaseRevoke { rev: self.rev }
+                }
+            },
+        }
+    }
+
+    /// The successor states of `self` for `req` answered `resp`
+    /// (`None` = unknown outcome), pushed into `out`.
+    pub fn step(&self, req: &Request, resp: Option<&Response>, out: &mut Vec<KvState>) {
+        match resp {
+            Some(r) => {
+                let mut next = self.clone();
+                if next.apply(req) == *r {
+                    out.push(next);
+                }
+            }
+            None => {
+                out.push(self.clone());
+                if !matches!(req, Request::Get { .. } | Request::Range { .. }) {
+                    let mut next = self.clone();
+                    if next.apply(req) != Response::LeaseNotFound {
+                        out.push(next);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A set of possible states (the model is non-deterministic because of
+/// unknown outcomes), kept sorted by hash and without duplicates.
+#[derive(Debug, Clone)]
+pub struct StateSet {
+    pub states: Vec<(u64, KvState)>,
+}
+
+impl StateSet {
+    pub fn single(s: KvState) -> StateSet {
+        StateSet {
+            states: vec![(s.hash64(), s)],
+        }
+    }
+
+    /// All successors; `None` when the response is impossible from every state.
+    pub fn step(&self, req: &Request, resp: Option<&Response>) -> Option<StateSet> {
+        let mut out = Vec::new();
+        for (_, s) in &self.states {
+            s.step(req, resp, &mut out);
+        }
+        if out.is_empty() {
+            return None;
+        }
+        let mut states: Vec<(u64, KvState)> = out.into_iter().map(|s| (s.hash64(), s)).collect();
+        states.sort_by_key(|(h, _)| *h);
+        states.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        Some(StateSet { states })
+    }
+
+    pub fn hash64(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        for (x, _) in &self.states {
+            x.hash(&mut h);
+        }
+        h.finish()
+    }
+}

@@ -1,0 +1,252 @@
+//! `retcd-bench` works end to end on a tiny run: every workload against a
+//! server started by the harness (retcd, or etcd with
+//! `RETCD_TEST_FLAVOR=etcd`), its JSON output parses and counts exactly
+//! `--total` requests with no error, the text output has etcd benchmark's
+//! sections, and `compare` runs a tiny suite on both servers. These are
+//! not timed benchmarks: numbers are not checked, only that the tool works.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use retcd_tests::{bounded, retcd_bin, test_flavor, workspace_root, Cluster};
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d,
+        Some(d) => workspace_root().join(d),
+        None => workspace_root().join("target"),
+    }
+}
+
+fn newest_bench() -> Option<PathBuf> {
+    let t = target_dir();
+    [t.join("debug/retcd-bench"), t.join("release/retcd-bench")]
+        .into_iter()
+        .filter(|p| p.is_file())
+        .max_by_key(|p| {
+            p.metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        })
+}
+
+/// `$RETCD_BENCH_BIN`, else the newer of `<target>/{debug,release}/retcd-bench`,
+/// else `cargo build -p retcd-bench` once per test process.
+fn bench_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("RETCD_BENCH_BIN").map(PathBuf::from) {
+            return if p.is_file() {
+                Ok(p)
+            } else {
+                Err(format!("RETCD_BENCH_BIN={} is not a file", p.display()))
+            };
+        }
+        if let Some(p) = newest_bench() {
+            return Ok(p);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        eprintln!("retcd-bench not found; running cargo build -p retcd-bench");
+        let st = Command::new(cargo)
+            .args(["build", "-p", "retcd-bench"])
+            .current_dir(workspace_root())
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !st.success() {
+            return Err(format!("cargo build -p retcd-bench failed: {st}"));
+        }
+        newest_bench().ok_or_else(|| "cargo build succeeded but no retcd-bench found".into())
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs the tool; panics with its output unless it exits 0.
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(bench_bin())
+        .args(args)
+        .output()
+        .expect("run retcd-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "retcd-bench {args:?} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Runs one workload with `-w json` and returns its report(s) as a list.
+fn bench_json(ep: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["--endpoints", ep, "--no-progress", "-w", "json"];
+    all.extend_from_slice(args);
+    let out = bench(&all);
+    match serde_json::from_str::<serde_json::Value>(&out).unwrap_or_else(|e| panic!("{e}: {out}")) {
+        serde_json::Value::Array(v) => v,
+        v => vec![v],
+    }
+}
+
+fn assert_clean(r: &serde_json::Value, requests: u64) {
+    assert_eq!(r["errors"], 0, "{r:#}");
+    assert_eq!(r["requests"].as_u64(), Some(requests), "{r:#}");
+    assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r:#}");
+    assert_eq!(r["percentiles_ms"].as_array().unwrap().len(), 8, "{r:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_workloads_run_end_to_end() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
+        let ep = c.endpoints()[0].clone();
+        let ep = ep.as_str();
+        fn with<'a>(rest: &[&'a str]) -> Vec<&'a str> {
+            [&["--conns", "2", "--clients", "4"][..], rest].concat()
+        }
+
+        let r = bench_json(
+            ep,
+            &with(&[
+                "put",
+                "--total",
+                "60",
+                "--val-size",
+                "32",
+                "--key-space-size",
+                "20",
+                "--sequential-keys",
+            ]),
+        );
+        assert_clean(&r[0], 60);
+        let r = bench_json(
+            ep,
+            &with(&[
+                "txn-put",
+                "--total",
+                "30",
+                "--txn-ops",
+                "3",
+                "--key-space-size",
+                "100",
+            ]),
+        );
+        assert_clean(&r[0], 30);
+        for cons in ["l", "s"] {
+            let r = bench_json(
+                ep,
+                &with(&["range", "foo", "--total", "40", "--consistency", cons]),
+            );
+            assert_clean(&r[0], 40);
+        }
+        let r = bench_json(
+            ep,
+            &with(&["txn-mixed", "a", "--total", "40", "--rw-ratio", "1"]),
+        );
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            r[0]["requests"].as_u64().unwrap() + r[1]["requests"].as_u64().unwrap(),
+            40
+        );
+        let r = bench_json(ep, &with(&["lease-keepalive", "--total", "20"]));
+        assert_clean(&r[0], 20);
+        let r = bench_json(ep, &with(&["stm", "--total", "20", "--keys", "50"]));
+        assert_clean(&r[0], 20);
+        let r = bench_json(
+            ep,
+            &with(&["watch-get", "--total", "20", "--watchers", "3"]),
+        );
+        assert_clean(&r[0], 20);
+
+        // 2 streams × 5 watchers on 2 keys, 10 puts → 50 events.
+        let r = bench_json(
+            ep,
+            &with(&[
+                "watch",
+                "--streams",
+                "2",
+                "--watch-per-stream",
+                "5",
+                "--watched-key-total",
+                "2",
+                "--put-total",
+                "10",
+            ]),
+        );
+        assert_clean(&r[0], 10);
+        assert_eq!(r[1]["extra"]["events_delivered"], 50, "{:#}", r[1]);
+        assert_clean(&r[1], 50);
+
+        let r = bench_json(
+            ep,
+            &with(&[
+                "k8s",
+                "--total",
+                "60",
+                "--objects",
+                "30",
+                "--namespaces",
+                "2",
+                "--list-limit",
+                "4",
+                "--watchers",
+                "2",
+            ]),
+        );
+        assert_clean(&r[0], 60);
+
+        // etcd benchmark's text report.
+        let text = bench(&["--endpoints", ep, "--no-progress", "put", "--total", "10"]);
+        for s in [
+            "Summary",
+            "Total:",
+            "Slowest:",
+            "Fastest:",
+            "Average:",
+            "Stddev:",
+            "Requests/sec:",
+            "Response time histogram:",
+            "Latency distribution:",
+            "99.9% in",
+        ] {
+            assert!(text.contains(s), "missing {s:?} in:\n{text}");
+        }
+    })
+    .await;
+}
+
+/// `compare` starts both servers itself: a tiny suite, one node, one run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_compare_runs_both_servers() {
+    bounded(LIMIT, async {
+        let retcd = retcd_bin();
+        let etcd = retcd_tests::etcd_bin();
+        let out = bench(&[
+            "compare",
+            "--nodes",
+            "1",
+            "--runs",
+            "1",
+            "--scale",
+            "0.002",
+            "--rows",
+            "put-1,put-100,range-s-100,watch-1000",
+            "--etcd-bin",
+            etcd.to_str().unwrap(),
+            "--retcd-bin",
+            retcd.to_str().unwrap(),
+        ]);
+        for s in [
+            "| workload | etcd ops/s | retcd ops/s |",
+            "| put-100 |",
+            "| after put-100 (100k puts) |",
+        ] {
+            assert!(out.contains(s), "missing {s:?} in:\n{out}");
+        }
+    })
+    .await;
+}

@@ -1,0 +1,685 @@
+//! Membership (Cluster service) and leader transfer: add a learner, let it
+//! join with `--initial-cluster-state existing` and catch up, promote it,
+//! update peer URLs, remove a member (which then exits), etcd's errors and
+//! `--strict-reconfig-check` rules, move-leader, and replacing every member
+//! of a 3-member cluster under write load. Runs against the selected
+//! flavour (`RETCD_TEST_FLAVOR=etcd` for the real-etcd control).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+use retcd_tests::cluster::connect;
+use retcd_tests::{
+    bounded, etcdctl35, grpc_error, initial_cluster_for, member_add_when_healthy, normalize_text,
+    test_flavor, Cluster,
+};
+
+const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
+const LIMIT: Duration = Duration::from_secs(300);
+const READY: Duration = Duration::from_secs(60);
+const HEALTHY: Duration = Duration::from_secs(20);
+
+fn err_of<T: std::fmt::Debug>(r: Result<T, etcd_client::Error>) -> (tonic::Code, String) {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => grpc_error(&e).unwrap_or_else(|| panic!("not a gRPC status: {e}")),
+    }
+}
+
+/// Polls a serializable read of `key` on `endpoint` until it has `value`.
+async fn wait_key(endpoint: &str, key: &str, value: &str, timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Ok(mut c) = connect(&[endpoint.to_string()]).await {
+            if let Ok(r) = c
+                .get(key, Some(GetOptions::new().with_serializable()))
+                .await
+            {
+                if r.kvs().first().map(|kv| kv.value()) == Some(value.as_bytes()) {
+                    return;
+                }
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{endpoint} did not get {key}={value} within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Promotes `id`, retrying while the learner is not yet in sync.
+async fn promote_when_ready(c: &mut Client, id: u64, timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match c.member_promote(id).await {
+            Ok(_) => return,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("in sync with leader")
+                        || msg.contains("unhealthy")
+                        || msg.contains("leader")
+                        || msg.contains("timed out"),
+                    "unexpected promote error: {msg}"
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => panic!("promote of {id:x} did not succeed within {timeout:?}: {e}"),
+        }
+    }
+}
+
+/// Member ids by name (the unnamed, unstarted member under "").
+async fn ids_by_name(c: &mut Client) -> BTreeMap<String, (u64, bool)> {
+    c.member_list()
+        .await
+        .expect("member list")
+        .members()
+        .iter()
+        .map(|m| (m.name().to_string(), (m.id(), m.is_learner())))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_learner_join_promote_update_remove() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST).await.expect("start");
+        let mut cl = c.client(0).await.expect("client");
+        for i in 0..20 {
+            cl.put(format!("k{i}"), format!("v{i}"), None)
+                .await
+                .expect("put");
+        }
+
+        // Add a learner: unstarted (no name, no client URLs).
+        let (cport, pport) = Cluster::new_ports();
+        let purl = format!("http://127.0.0.1:{pport}");
+        let r = member_add_when_healthy(&mut cl, &purl, true, HEALTHY)
+            .await
+            .expect("member add --learner");
+        let added_at = tokio::time::Instant::now();
+        let m = r.member().expect("added member");
+        let new_id = m.id();
+        assert_ne!(new_id, 0);
+        assert!(m.is_learner());
+        assert_eq!(m.peer_urls(), std::slice::from_ref(&purl));
+        assert_eq!(m.name(), "");
+        assert_eq!(r.member_list().len(), 4);
+        let h = r.header().expect("header");
+        assert_eq!(h.revision(), 0, "etcd's Cluster headers carry no revision");
+
+        // Errors checked before it starts.
+        let (code, msg) = err_of(cl.member_promote(new_id).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                tonic::Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member which is in sync with leader"
+            )
+        );
+        let (_, p2p) = Cluster::new_ports();
+        let (code, msg) = err_of(
+            member_add_when_healthy(&mut cl, &format!("http://127.0.0.1:{p2p}"), true, HEALTHY)
+                .await,
+        );
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                tonic::Code::FailedPrecondition,
+                "etcdserver: too many learner members in cluster"
+            )
+        );
+        let (code, msg) =
+            err_of(member_add_when_healthy(&mut cl, "http://127.0.0.1", false, HEALTHY).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                tonic::Code::InvalidArgument,
+                "etcdserver: given member URLs are invalid"
+            )
+        );
+        let (code, msg) = err_of(cl.member_remove(0x1234).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (tonic::Code::NotFound, "etcdserver: member not found")
+        );
+        let (code, msg) = err_of(cl.member_promote(0x1234).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (tonic::Code::NotFound, "etcdserver: member not found")
+        );
+        let (code, msg) = err_of(cl.member_update(0x1234, vec![purl.clone()]).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (tonic::Code::NotFound, "etcdserver: member not found")
+        );
+        let m0_id = ids_by_name(&mut cl).await["m0"].0;
+        let (code, msg) = err_of(cl.member_promote(m0_id).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                tonic::Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member"
+            )
+        );
+
+        // Start it: it joins with --initial-cluster-state existing and
+        // catches up.
+        let ic = initial_cluster_for(&mut cl, "m3")
+            .await
+            .expect("initial cluster");
+        let i = c.add_joining_member("m3", cport, pport, &ic, FAST);
+        c.members[i].start();
+        wait_key(&c.members[i].endpoint(), "k19", "v19", READY).await;
+        let deadline = tokio::time::Instant::now() + READY;
+        loop {
+            let ids = ids_by_name(&mut cl).await;
+            if ids.get("m3") == Some(&(new_id, true)) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "started learner publishes its name: {ids:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Its ID came from its URL and the time in seconds: a second
+        // later the same URL gives another ID, so this is the URL check.
+        tokio::time::sleep_until(added_at + Duration::from_millis(1100)).await;
+        let (code, msg) = err_of(member_add_when_healthy(&mut cl, &purl, false, HEALTHY).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                tonic::Code::FailedPrecondition,
+                "etcdserver: Peer URLs already exists"
+            )
+        );
+
+        promote_when_ready(&mut cl, new_id, READY).await;
+        let ids = ids_by_name(&mut cl).await;
+        assert_eq!(ids.get("m3"), Some(&(new_id, false)), "{ids:?}");
+        let (code, msg) = err_of(cl.member_promote(new_id).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                tonic::Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member"
+            )
+        );
+        cl.put("after-promote", "1", None).await.expect("put");
+        wait_key(&c.members[i].endpoint(), "after-promote", "1", READY).await;
+
+        // Update: a URL of another member is refused; a fresh one is taken
+        // (and then put back, so the member keeps working).
+        let m1_url = c.members[1].peer_url();
+        let (code, msg) = err_of(cl.member_update(new_id, vec![m1_url]).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                tonic::Code::FailedPrecondition,
+                "etcdserver: Peer URLs already exists"
+            )
+        );
+        let extra = format!("http://127.0.0.1:{}", Cluster::new_ports().1);
+        let r = cl
+            .member_update(new_id, vec![purl.clone(), extra.clone()])
+            .await
+            .expect("member update");
+        let updated = r
+            .members()
+            .iter()
+            .find(|m| m.id() == new_id)
+            .expect("in list");
+        assert_eq!(updated.peer_urls(), [purl.clone(), extra.clone()]);
+        cl.member_update(new_id, vec![purl.clone()])
+            .await
+            .expect("member update back");
+
+        // Remove m3: it stops; the list no longer has it.
+        let r = cl.member_remove(new_id).await.expect("member remove");
+        assert_eq!(r.members().len(), 3);
+        assert!(
+            c.members[i].wait_exit(Duration::from_secs(20)).is_some(),
+            "a removed member exits"
+        );
+        let ids = ids_by_name(&mut cl).await;
+        assert!(!ids.contains_key("m3"), "{ids:?}");
+        cl.put("after-remove", "1", None)
+            .await
+            .expect("put after remove");
+    })
+    .await;
+}
+
+/// `--strict-reconfig-check`: adding a voter that would leave fewer started
+/// voters than a quorum is refused; a down member makes the cluster
+/// "unhealthy" for adds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_strict_reconfig_check() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 2, FAST).await.expect("start");
+        let mut cl = c.client(0).await.expect("client");
+        // {m0, m1} + unstarted m2: 2 of 3 started, quorum 2: allowed.
+        let p2 = format!("http://127.0.0.1:{}", Cluster::new_ports().1);
+        let r = member_add_when_healthy(&mut cl, &p2, false, HEALTHY)
+            .await
+            .expect("add first unstarted voter");
+        let m2 = r.member().expect("member").id();
+        // + another unstarted voter: 2 of 4 started < quorum 3.
+        let p3 = format!("http://127.0.0.1:{}", Cluster::new_ports().1);
+        let (code, msg) = err_of(member_add_when_healthy(&mut cl, &p3, false, HEALTHY).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                // etcd maps this error to a client-side type, not a status.
+                tonic::Code::Unknown,
+                "etcdserver: re-configuration failed due to not enough started members"
+            )
+        );
+        // The unstarted member is not connected: removing it is allowed.
+        cl.member_remove(m2)
+            .await
+            .expect("remove the unstarted member");
+        // A down member: adds are refused as unhealthy.
+        c.members[1].kill();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (code, msg) = err_of(cl.member_add([p3.clone()], None).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (tonic::Code::Unavailable, "etcdserver: unhealthy cluster")
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_move_leader() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST).await.expect("start");
+        let leader = c.leader(READY).await.expect("leader");
+        let follower = (leader + 1) % 3;
+        let (fid, _) = c.status_of(follower).await.expect("status");
+        let (lid, _) = c.status_of(leader).await.expect("status");
+
+        // On a follower: not leader.
+        let mut fc = c.client(follower).await.expect("client");
+        let (code, msg) = err_of(fc.move_leader(lid).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (tonic::Code::FailedPrecondition, "etcdserver: not leader")
+        );
+        // An unknown transferee.
+        let mut lc = c.client(leader).await.expect("client");
+        let (code, msg) = err_of(lc.move_leader(0x1234).await);
+        assert_eq!(
+            (code, msg.as_str()),
+            (
+                tonic::Code::FailedPrecondition,
+                "etcdserver: bad leader transferee"
+            )
+        );
+        // To a follower.
+        lc.move_leader(fid).await.expect("move leader");
+        for i in 0..3 {
+            let (_, l) = c.status_of(i).await.expect("status");
+            if i == follower || i == leader {
+                assert_eq!(l, fid, "member {i} sees the transferee as leader");
+            }
+        }
+        assert_eq!(c.leader(READY).await.expect("leader"), follower);
+
+        // etcdctl 3.5 move-leader, back to the old leader.
+        let out = etcdctl35(&c.endpoints(), &["move-leader", &format!("{lid:x}")]);
+        assert!(out.success(), "{out:?}");
+        let text = normalize_text(&out.stdout)
+            .replace(&format!("{lid:x}"), "<old>")
+            .replace(&format!("{fid:x}"), "<new>");
+        assert_eq!(text.trim(), "Leadership transferred from <new> to <old>");
+        assert_eq!(c.leader(READY).await.expect("leader"), leader);
+    })
+    .await;
+}
+
+fn retryable(e: &etcd_client::Error) -> bool {
+    match grpc_error(e) {
+        Some((code, _)) => matches!(
+            code,
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        // Transport errors: the member we talked to went away.
+        None => true,
+    }
+}
+
+/// Replaces m0, m1, m2 one by one (add learner, join, promote, remove the
+/// old one) while a writer puts unique values through the live members;
+/// the only failures allowed are retried leader changes and closed
+/// connections; every acknowledged write is there at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_replace_every_member_under_load() {
+    bounded(Duration::from_secs(420), async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST).await.expect("start");
+        let live: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(c.endpoints()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let retried = Arc::new(AtomicU64::new(0));
+        // Bumped when `live` changes; the writer reconnects to the new list
+        // before its next request and acknowledges in `seen`.
+        let generation = Arc::new(AtomicU64::new(0));
+        let seen = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let (live, stop, acked, retried, generation, seen) = (
+                live.clone(),
+                stop.clone(),
+                acked.clone(),
+                retried.clone(),
+                generation.clone(),
+                seen.clone(),
+            );
+            tokio::spawn(async move {
+                let mut failures = Vec::new();
+                let mut client: Option<Client> = None;
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let g = generation.load(Ordering::Acquire);
+                    if seen.load(Ordering::Acquire) != g {
+                        client = None;
+                        seen.store(g, Ordering::Release);
+                    }
+                    let (k, v) = (format!("load/{i:06}"), format!("v{i}"));
+                    let mut attempts = 0;
+                    loop {
+                        attempts += 1;
+                        if client.is_none() {
+                            let eps = live.lock().unwrap().clone();
+                            client = connect(&eps).await.ok();
+                        }
+                        let Some(cl) = client.as_mut() else {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        };
+                        match cl.put(k.clone(), v.clone(), None).await {
+                            Ok(_) => break,
+                            Err(e) if retryable(&e) && attempts < 100 => {
+                                retried.fetch_add(1, Ordering::Relaxed);
+                                client = None;
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            Err(e) => {
+                                failures.push(format!("{k}: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                    acked.store(i + 1, Ordering::Relaxed);
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                failures
+            })
+        };
+
+        for old in 0..3usize {
+            let name = format!("n{old}");
+            let mut cl = connect(&snapshot_of(&live)).await.expect("client");
+            let (cport, pport) = Cluster::new_ports();
+            let purl = format!("http://127.0.0.1:{pport}");
+            let r = member_add_when_healthy(&mut cl, &purl, true, Duration::from_secs(30))
+                .await
+                .expect("add learner");
+            let new_id = r.member().expect("member").id();
+            let ic = initial_cluster_for(&mut cl, &name)
+                .await
+                .expect("initial cluster");
+            let i = c.add_joining_member(&name, cport, pport, &ic, FAST);
+            c.members[i].start();
+            promote_when_ready(&mut cl, new_id, READY).await;
+            live.lock().unwrap().push(c.members[i].endpoint());
+
+            // Move the writer off the old member, then remove it (through a
+            // client of the others).
+            let old_ep = c.members[old].endpoint();
+            live.lock().unwrap().retain(|e| *e != old_ep);
+            let g = generation.fetch_add(1, Ordering::AcqRel) + 1;
+            while seen.load(Ordering::Acquire) != g {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let mut cl = connect(&snapshot_of(&live)).await.expect("client");
+            let old_id = ids_by_name(&mut cl).await[&format!("m{old}")].0;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                match cl.member_remove(old_id).await {
+                    Ok(_) => break,
+                    Err(e) if e.to_string().contains("member not found") => break,
+                    Err(e) if retryable(&e) && tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        cl = connect(&snapshot_of(&live)).await.expect("client");
+                    }
+                    Err(e) => panic!("remove m{old}: {e}"),
+                }
+            }
+            assert!(
+                c.members[old].wait_exit(Duration::from_secs(30)).is_some(),
+                "removed m{old} exits"
+            );
+            // Every live member has applied the removal before the next
+            // member is added (its --initial-cluster is built from a list).
+            for ep in snapshot_of(&live) {
+                let deadline = tokio::time::Instant::now() + READY;
+                loop {
+                    let mut one = connect(std::slice::from_ref(&ep)).await.expect("client");
+                    if let Ok(l) = one.member_list().await {
+                        if l.members().iter().all(|m| m.id() != old_id) {
+                            break;
+                        }
+                    }
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "{ep} still lists m{old}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Relaxed);
+        let failures = writer.await.expect("writer");
+        assert!(failures.is_empty(), "failed client requests: {failures:?}");
+        let n = acked.load(Ordering::Relaxed);
+        assert!(n > 50, "too few writes went through: {n}");
+
+        let mut cl = connect(&snapshot_of(&live)).await.expect("client");
+        let list = cl.member_list().await.expect("member list");
+        let mut names: Vec<String> = list
+            .members()
+            .iter()
+            .map(|m| m.name().to_string())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["n0", "n1", "n2"]);
+        assert!(list.members().iter().all(|m| !m.is_learner()));
+        let r = cl
+            .get("load/", Some(GetOptions::new().with_prefix()))
+            .await
+            .expect("get");
+        let got: BTreeMap<String, String> = r
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                )
+            })
+            .collect();
+        for i in 0..n {
+            assert_eq!(
+                got.get(&format!("load/{i:06}")).map(String::as_str),
+                Some(format!("v{i}").as_str()),
+                "acknowledged write {i} is missing"
+            );
+        }
+        eprintln!(
+            "replaced 3 members; {n} writes acknowledged, {} retries",
+            retried.load(Ordering::Relaxed)
+        );
+    })
+    .await;
+}
+
+/// Replaces every run of 16 hex digits (etcdctl's `%16x` ids, possibly
+/// space-padded) with `<id>`, and loopback ports with PORT.
+fn normalize_ids(s: &str) -> String {
+    let s = normalize_text(s);
+    let mut out = String::new();
+    let words: Vec<&str> = s
+        .split_inclusive(|c: char| !c.is_ascii_hexdigit())
+        .collect();
+    for w in words {
+        let hex: String = w.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+        if hex.len() >= 12 {
+            out.push_str("<id>");
+            out.push_str(&w[hex.len()..]);
+        } else {
+            out.push_str(w);
+        }
+    }
+    // `%16x` pads short ids with spaces.
+    while out.contains("  <id>") {
+        out = out.replace("  <id>", " <id>");
+    }
+    out
+}
+
+/// `etcdctl member list/add/update/promote/remove` print what etcd's do
+/// (ids, ports and the order of members, which follows the ids, normalised).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_etcdctl_member_commands() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 3, FAST).await.expect("start");
+        let mut cl = c.client(0).await.expect("client");
+        // Every member has published its client URLs (etcd serves only
+        // after its publish is applied; retcd may answer Status earlier).
+        let deadline = tokio::time::Instant::now() + READY;
+        while !cl
+            .member_list()
+            .await
+            .map(|l| l.members().iter().all(|m| !m.client_urls().is_empty()))
+            .unwrap_or(false)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "members never published"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut transcript = String::new();
+        let mut run = |c: &Cluster, args: &[&str]| {
+            // One endpoint: lists are local, so read-your-writes needs
+            // the member that made the change.
+            let o = retcd_tests::etcdctl(&[c.members[0].endpoint()], args);
+            let stdout = match serde_json::from_str::<serde_json::Value>(&o.stdout) {
+                Ok(mut v) => {
+                    // Members come in id order; ids differ between runs.
+                    if let Some(ms) = v.get_mut("members").and_then(|m| m.as_array_mut()) {
+                        ms.sort_by_key(|m| {
+                            m.get("name").map(|n| n.to_string()).unwrap_or_default()
+                        });
+                    }
+                    retcd_tests::normalize_json(&mut v);
+                    format!("{v}\n")
+                }
+                Err(_) => o.stdout.clone(),
+            };
+            let mut lines: Vec<String> = normalize_ids(&stdout).lines().map(String::from).collect();
+            if args.contains(&"list") {
+                lines.sort();
+            }
+            for l in lines.iter_mut() {
+                if l.starts_with("\"RaftTerm\"") {
+                    *l = "\"RaftTerm\" : <term>".into();
+                }
+                if let Some(v) = l.strip_prefix("ETCD_INITIAL_CLUSTER=") {
+                    let mut parts: Vec<&str> = v.trim_matches('"').split(',').collect();
+                    parts.sort();
+                    *l = format!("ETCD_INITIAL_CLUSTER=\"{}\"", parts.join(","));
+                }
+            }
+            transcript.push_str(&format!(
+                "$ etcdctl {}\n{}\n[stderr] {}[code {}]\n",
+                normalize_ids(&args.join(" ")),
+                lines.join("\n"),
+                normalize_ids(&retcd_tests::normalize_stderr(&o.stderr)),
+                o.code
+            ));
+            o
+        };
+        run(&c, &["member", "list"]);
+        run(&c, &["member", "list", "-w", "fields"]);
+        let (_, p1) = Cluster::new_ports();
+        // Wait until the cluster accepts adds (peers connected 5 s).
+        let probe = format!("http://127.0.0.1:{p1}");
+        let r = member_add_when_healthy(&mut cl, &probe, true, HEALTHY)
+            .await
+            .expect("add");
+        let probe_id = r.member().expect("member").id();
+        cl.member_remove(probe_id).await.expect("remove probe");
+        let (_, p2) = Cluster::new_ports();
+        let url = format!("--peer-urls=http://127.0.0.1:{p2}");
+        run(&c, &["member", "add", "newm", &url, "--learner"]);
+        run(&c, &["member", "list"]);
+        let id = ids_by_name(&mut cl).await[""].0;
+        let hex = format!("{id:x}");
+        run(&c, &["member", "promote", &hex]);
+        run(&c, &["member", "remove", &hex]);
+        // An unstarted voter (3 of 4 started: allowed); update its URLs.
+        let (_, p4) = Cluster::new_ports();
+        run(
+            &c,
+            &[
+                "member",
+                "add",
+                "newv",
+                &format!("--peer-urls=http://127.0.0.1:{p4}"),
+            ],
+        );
+        let id = ids_by_name(&mut cl).await[""].0;
+        let hex = format!("{id:x}");
+        let (_, p3) = Cluster::new_ports();
+        run(
+            &c,
+            &[
+                "member",
+                "update",
+                &hex,
+                &format!("--peer-urls=http://127.0.0.1:{p3}"),
+            ],
+        );
+        run(&c, &["member", "list", "-w", "json"]);
+        run(&c, &["member", "remove", &hex]);
+        run(&c, &["member", "remove", &hex]);
+        run(&c, &["member", "list"]);
+        eprintln!("{transcript}");
+        let want = include_str!("membership_etcdctl.golden");
+        if let Some((n, (got, exp))) = transcript
+            .lines()
+            .zip(want.lines())
+            .enumerate()
+            .find(|(_, (g, w))| g != w)
+        {
+            panic!("line {}: got {got:?}, want {exp:?}\n{transcript}", n + 1);
+        }
+        assert_eq!(transcript, want);
+    })
+    .await;
+}
+
+/// A copy of the shared endpoint list, taken without holding its lock
+/// across an `.await`.
+fn snapshot_of(live: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
+    live.lock().unwrap().clone()
+}

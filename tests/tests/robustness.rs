@@ -1,0 +1,461 @@
+//! Robustness scenarios: traffic and watchers run while a fault is
+//! injected; then the history must be linearizable, the watch streams
+//! valid, no acknowledged write lost and HashKV equal on every member.
+//! See `docs/robustness.md`.
+//!
+//! Each scenario prints its seed; `RETCD_ROBUSTNESS_SEED=<n>` replays it.
+//! `RETCD_ROBUSTNESS_LONG=<runs>` runs every scenario for that many fresh
+//! seeds (and longer). `RETCD_TEST_FLAVOR=etcd` runs the same scenarios
+//! against real etcd (failpoint scenarios are retcd-only).
+//! Scenarios run one at a time (they share two cores).
+
+use std::future::Future;
+use std::time::Duration;
+
+use retcd_tests::robustness::{wait_exit, Options, Report, Run};
+use retcd_tests::{bounded, test_flavor, Flavor};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const LIMIT: Duration = Duration::from_secs(600);
+
+/// The fault phase length: short by default, longer in long mode.
+fn phase() -> Duration {
+    if retcd_robustness::seed::long_runs() > 0 {
+        Duration::from_secs(20)
+    } else {
+        Duration::from_secs(7)
+    }
+}
+
+/// Runs `scenario` once with `base_seed` (or `RETCD_ROBUSTNESS_SEED`), or in
+/// long mode once per fresh seed; every report must be clean.
+async fn repeat<F, Fut>(name: &str, base_seed: u64, scenario: F)
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = Report>,
+{
+    let _serial = SERIAL.lock().await;
+    let runs = retcd_robustness::seed::long_runs();
+    let seeds: Vec<u64> = if runs == 0 {
+        vec![retcd_robustness::seed::seed_for(name, base_seed)]
+    } else {
+        (0..runs)
+            .map(|_| retcd_robustness::seed::random_seed())
+            .collect()
+    };
+    for s in seeds {
+        eprintln!("robustness: scenario {name}: seed {s}");
+        let rep = bounded(LIMIT, scenario(s)).await;
+        rep.assert_ok();
+    }
+}
+
+fn opts(n: usize) -> Options {
+    Options::new(test_flavor(), n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_kill_random_member_repeatedly() {
+    repeat("kill_random_member", 101, |seed| async move {
+        let mut run = Run::start_seeded("kill_random_member", opts(3), seed).await;
+        while run.running(phase()) {
+            run.sleep_ms(700, 1500).await;
+            let i = run.pick(3);
+            run.rc.kill(i);
+            run.sleep_ms(300, 1000).await;
+            run.rc.restart(i);
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_kill_leader() {
+    repeat("kill_leader", 102, |seed| async move {
+        let mut run = Run::start_seeded("kill_leader", opts(3), seed).await;
+        while run.running(phase()) {
+            run.sleep_ms(800, 1500).await;
+            let Ok(l) = run.rc.leader().await else {
+                continue;
+            };
+            run.rc.kill(l);
+            run.sleep_ms(500, 1200).await;
+            run.rc.restart(l);
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_kill_all_at_once() {
+    repeat("kill_all", 103, |seed| async move {
+        let mut run = Run::start_seeded("kill_all", opts(3), seed).await;
+        while run.running(phase()) {
+            run.sleep_ms(1000, 2000).await;
+            for i in 0..3 {
+                run.rc.kill(i);
+            }
+            run.sleep_ms(100, 500).await;
+            for i in 0..3 {
+                run.rc.restart(i);
+            }
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_pause_leader() {
+    repeat("pause_leader", 104, |seed| async move {
+        let mut run = Run::start_seeded("pause_leader", opts(3), seed).await;
+        while run.running(phase()) {
+            run.sleep_ms(500, 1000).await;
+            let Ok(l) = run.rc.leader().await else {
+                continue;
+            };
+            run.rc.pause(l);
+            // Election timeout is 500 ms: stay paused well beyond it.
+            run.sleep_ms(1200, 2000).await;
+            run.rc.resume(l);
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_partition_leader() {
+    repeat("partition_leader", 105, |seed| async move {
+        let mut run = Run::start_seeded("partition_leader", opts(3).with_proxies(), seed).await;
+        while run.running(phase()) {
+            run.sleep_ms(500, 1000).await;
+            let Ok(l) = run.rc.leader().await else {
+                continue;
+            };
+            eprintln!("robustness: fault: blackhole m{l} (leader)");
+            run.rc.proxies[l].blackhole_all(true);
+            run.sleep_ms(1500, 2500).await;
+            run.rc.proxies[l].blackhole_all(false);
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_blackhole_follower_until_snapshot() {
+    repeat("blackhole_until_snapshot", 106, |seed| async move {
+        let o = opts(3).with_proxies().flags(&[
+            "--snapshot-count",
+            "100",
+            "--experimental-snapshot-catchup-entries",
+            "50",
+        ]);
+        let mut o = o;
+        // Clients talk to m0 and m1 only (m2 is cut off); watchers and
+        // serializable reads still use m2.
+        o.traffic_members = Some(vec![0, 1]);
+        let mut run = Run::start_seeded("blackhole_until_snapshot", o, seed).await;
+        let f = 2;
+        eprintln!("robustness: fault: blackhole m{f} until it needs a snapshot");
+        run.rc.proxies[f].blackhole_all(true);
+        // Wait until the others have moved >= 300 entries on (3 snapshots).
+        let eps = run.rc.cluster.endpoints();
+        let mut cl = retcd_robustness::traffic::connect(&eps[0..2], Duration::from_secs(3))
+            .await
+            .expect("connect");
+        let start = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+        loop {
+            let idx = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
+            if idx >= start + 300 || tokio::time::Instant::now() > deadline {
+                eprintln!(
+                    "robustness: raft index moved from {start} to {idx}; lifting the blackhole"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        run.rc.proxies[f].blackhole_all(false);
+        let resumed = std::time::Instant::now();
+        while resumed.elapsed() < Duration::from_secs(3) {
+            run.sleep_ms(200, 400).await;
+        }
+        let flavor = run.rc.cluster.flavor;
+        let log_has_snapshot = run.rc.cluster.members[f]
+            .log()
+            .contains("applying snapshot from leader");
+        let mut rep = run.finish().await;
+        if flavor == Flavor::Retcd && !log_has_snapshot {
+            rep.violations.push(format!(
+                "m{f} caught up without a snapshot: the scenario did not test what it should"
+            ));
+        }
+        rep
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_drop_half_of_peer_traffic() {
+    repeat("drop_peer_traffic", 107, |seed| async move {
+        let mut run = Run::start_seeded("drop_peer_traffic", opts(3).with_proxies(), seed).await;
+        eprintln!("robustness: fault: drop 50% of peer connections (re-rolled every ~second) on every member");
+        for p in &run.rc.proxies {
+            p.drop_connections(0.5);
+            p.reset();
+        }
+        while run.running(phase()) {
+            run.sleep_ms(600, 1400).await;
+            for p in &run.rc.proxies {
+                p.reset();
+            }
+        }
+        // A burst of chunk drops too: connections break mid-stream.
+        for p in &run.rc.proxies {
+            p.drop_rate(retcd_robustness::proxy::Direction::Rx, 0.05);
+        }
+        run.sleep_ms(1000, 1500).await;
+        run.finish().await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_delay_peer_traffic_and_kill() {
+    repeat("delay_peer_traffic", 108, |seed| async move {
+        let mut run = Run::start_seeded("delay_peer_traffic", opts(3).with_proxies(), seed).await;
+        eprintln!("robustness: fault: delay peer traffic 60ms ± 40ms on every member");
+        for p in &run.rc.proxies {
+            for d in [
+                retcd_robustness::proxy::Direction::Rx,
+                retcd_robustness::proxy::Direction::Tx,
+            ] {
+                p.delay(d, Duration::from_millis(60), Duration::from_millis(40));
+            }
+        }
+        while run.running(phase()) {
+            run.sleep_ms(1500, 2500).await;
+            let i = run.pick(3);
+            run.rc.kill(i);
+            run.sleep_ms(300, 800).await;
+            run.rc.restart(i);
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_kubernetes_traffic_compaction_while_watchers_replay() {
+    repeat("kubernetes_compaction", 109, |seed| async move {
+        let mut o = opts(3);
+        o.traffic.kubernetes = true;
+        o.traffic.compaction = true;
+        let mut run = Run::start_seeded("kubernetes_compaction", o, seed).await;
+        // Kill the members the watchers sit on so they resume (replaying
+        // history) while compactions run.
+        while run.running(phase()) {
+            run.sleep_ms(1000, 1800).await;
+            let i = run.pick(3);
+            run.rc.kill(i);
+            run.sleep_ms(600, 1200).await;
+            run.rc.restart(i);
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------
+// Failpoints (retcd only: the failpoints build).
+
+const CRASH_POINTS: &[&str] = &[
+    "raft_before_save_wal",
+    "raft_after_save_wal",
+    "raft_before_commit_backend",
+    "raft_after_commit_backend",
+    "raft_before_save_snapshot",
+    "raft_after_save_snapshot",
+    "mvcc_compact",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_crash_at_each_failpoint() {
+    if test_flavor() == Flavor::Etcd {
+        eprintln!("skipped: failpoints are retcd-only");
+        return;
+    }
+    repeat("crash_at_failpoints", 110, |seed| async move {
+        let o = opts(3)
+            .with_failpoints()
+            .flags(&["--snapshot-count", "100"]);
+        let mut run = Run::start_seeded("crash_at_failpoints", o, seed).await;
+        let long = retcd_robustness::seed::long_runs() > 0;
+        let per_point = if long {
+            Duration::from_secs(4)
+        } else {
+            Duration::from_millis(1500)
+        };
+        for (k, fp) in CRASH_POINTS.iter().enumerate() {
+            // The leader for half of them, a follower for the others.
+            let l = run.rc.leader().await.unwrap_or(0);
+            let i = if k % 2 == 0 { l } else { (l + 1) % 3 };
+            let after = if *fp == "mvcc_compact" {
+                0
+            } else {
+                20 + run.pick(200)
+            };
+            let spec = format!("{fp}={after}*off->return");
+            eprintln!("robustness: fault: m{i} restarted with FAILPOINTS={spec}");
+            run.rc.set_failpoints(i, &spec);
+            run.rc.kill(i);
+            run.rc.restart(i);
+            let deadline = tokio::time::Instant::now() + per_point * 3;
+            let crashed = loop {
+                if !run.rc.cluster.members[i].is_running() {
+                    break true;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    break false;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            eprintln!(
+                "robustness: m{i} {} at {fp}",
+                if crashed { "crashed" } else { "did not reach" }
+            );
+            run.rc.set_failpoints(i, "");
+            run.rc.restart(i);
+            tokio::time::sleep(per_point).await;
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_fsync_error_stops_the_node() {
+    if test_flavor() == Flavor::Etcd {
+        eprintln!("skipped: failpoints are retcd-only");
+        return;
+    }
+    repeat("fsync_error", 111, |seed| async move {
+        let o = opts(3).with_failpoints();
+        let mut run = Run::start_seeded("fsync_error", o, seed).await;
+        for round in 0..2 {
+            let l = run.rc.leader().await.unwrap_or(0);
+            let i = if round == 0 { l } else { (l + 1) % 3 };
+            let spec = format!("raft_wal_fsync_error={}*off->return", 30 + run.pick(100));
+            eprintln!("robustness: fault: m{i} restarted with FAILPOINTS={spec}");
+            run.rc.set_failpoints(i, &spec);
+            run.rc.kill(i);
+            run.rc.restart(i);
+            match wait_exit(&mut run.rc, i, Duration::from_secs(20)) {
+                Ok(st) => {
+                    let log = run.rc.cluster.members[i].log();
+                    if st.success() || !log.contains("failed to save to the WAL") {
+                        run.notes.push(format!(
+                            "m{i} exited ({st}) but not by fail-stop on the fsync error"
+                        ));
+                    } else {
+                        eprintln!("robustness: m{i} stopped on the fsync error ({st})");
+                    }
+                }
+                Err(e) => run
+                    .notes
+                    .push(format!("fsync error did not stop m{i}: {e}")),
+            }
+            run.rc.set_failpoints(i, "");
+            run.rc.restart(i);
+            run.sleep_ms(1000, 1500).await;
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+/// A deliberately broken build must be caught: the WAL write is skipped
+/// (entries acknowledged without being durable), then the member is
+/// killed and restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_catches_ack_without_wal() {
+    if test_flavor() == Flavor::Etcd {
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let seed = retcd_robustness::seed::seed_for("broken_skip_wal", 112);
+    let o = opts(1).with_failpoints();
+    let mut run = Run::start_seeded("broken_skip_wal", o, seed).await;
+    for _ in 0..3 {
+        run.rc.set_failpoints(0, "raft_skip_wal_save=return");
+        run.rc.kill(0);
+        run.rc.restart(0);
+        let _ = run
+            .rc
+            .cluster
+            .wait_member_ready(0, Duration::from_secs(20))
+            .await;
+        run.sleep_ms(800, 1200).await;
+        run.rc.kill(0);
+        run.rc.set_failpoints(0, "");
+        run.rc.restart(0);
+        let _ = run
+            .rc
+            .cluster
+            .wait_member_ready(0, Duration::from_secs(20))
+            .await;
+        run.sleep_ms(300, 500).await;
+    }
+    let rep = run.finish().await;
+    assert!(
+        !rep.ok(),
+        "the harness did not notice writes acknowledged without a WAL write (seed {seed})"
+    );
+    eprintln!(
+        "robustness: broken build caught as expected: {}",
+        rep.violations[0].lines().next().unwrap_or("")
+    );
+}
+
+/// A deliberately broken build must be caught: 3% of applied batches lose
+/// their first watch event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_catches_dropped_watch_event() {
+    if test_flavor() == Flavor::Etcd {
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let seed = retcd_robustness::seed::seed_for("broken_watch", 113);
+    let o = opts(3).with_failpoints();
+    let mut run = Run::start_seeded("broken_watch", o, seed).await;
+    for i in 0..3 {
+        run.rc.set_failpoints(i, "watch_drop_event=3%return");
+        run.rc.kill(i);
+        run.rc.restart(i);
+        let _ = run
+            .rc
+            .cluster
+            .wait_member_ready(i, Duration::from_secs(20))
+            .await;
+    }
+    while run.running(Duration::from_secs(6)) {
+        run.sleep_ms(200, 300).await;
+    }
+    // Keep the broken binary running through the checks.
+    let rep = run.finish().await;
+    assert!(
+        rep.violations
+            .iter()
+            .any(|v| v.contains("watch") || v.contains("watcher")),
+        "the harness did not notice dropped watch events (seed {seed}): {:?}",
+        rep.violations
+    );
+    eprintln!(
+        "robustness: broken build caught as expected: {}",
+        rep.violations[0]
+    );
+}
