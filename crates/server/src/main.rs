@@ -9,16 +9,21 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     let cfg = Config::parse();
-    // Failpoints build only: FAILPOINTS configures them; a panic anywhere crashes the process.
-    #[cfg(feature = "failpoints")]
-    let _failpoints = {
-        let default_hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            default_hook(info);
+    // A panic on the raft thread or the watch-sync thread stops the whole
+    // process (fail-stop): a member whose raft loop died must not keep
+    // serving. In the failpoints build every panic does (crash points).
+    // A panic in a request task only fails that request (tokio catches it).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        let critical = matches!(std::thread::current().name(), Some("raft" | "watch-sync"));
+        if critical || cfg!(feature = "failpoints") {
             std::process::abort()
-        }));
-        fail::FailScenario::setup()
-    };
+        }
+    }));
+    // Failpoints build only: FAILPOINTS configures them.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     retcd_server::log::init(&cfg.log_level);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
