@@ -4,7 +4,7 @@
 //! scenario injects faults, then the checks. See `docs/robustness.md`.
 //!
 //! A scenario is written as
-//! ```ignore
+//! ```text
 //! let mut run = Run::start("kill_leader", opts, 1).await;
 //! while run.running(Duration::from_secs(8)) { /* faults, using run.rng */ }
 //! run.finish().await.assert_ok();
