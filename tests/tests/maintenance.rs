@@ -2,7 +2,8 @@
 //! alarm list/disarm`), `etcdctl defrag` and defrag under load (latency
 //! during the defrag next to without), `etcdctl snapshot save` +
 //! `retcdutl snapshot restore` into a new 3-member cluster, corrupted
-//! snapshot files, auto-compaction (periodic and revision), Status and
+//! snapshot files, auto-compaction (periodic and revision), the periodic
+//! corruption check (failpoints build), Status and
 //! Downgrade. Flavour-generic where it applies (`RETCD_TEST_FLAVOR=etcd`
 //! for the real-etcd control); restore is retcd's (retcdutl).
 
@@ -289,8 +290,15 @@ async fn test_defrag_under_load_does_not_block() {
         let flavor = test_flavor();
         let c = Cluster::start(flavor, 1, FAST).await.unwrap();
         let cl = c.client(0).await.unwrap();
-        // History: 6k puts of 2 kB: 1.5k over 300 keys, then 4.5k distinct
-        // keys, compacted at the middle: ~12 MB written, ~9 MB live.
+        // History: 6k puts of 2 kB: 4.5k over 300 keys, then 1.5k distinct
+        // keys, compacted at the end: ~12 MB written, ~3.6 MB live.
+        //
+        // Live data must be well below half the file for the file to
+        // shrink visibly: redb doubles a file (below 4 GiB) when it needs
+        // room, and a 2 kB value takes ~3 kB of 4 kB pages, so a history
+        // with 75% live (the earlier shape of this test) defragments from
+        // 35.6 MB (20.7 MB in use) to a 17.8 MB file (17.3 MB in use) that
+        // the load after the swap grows back to 35.6 MB.
         let val = vec![b'h'; 2000];
         let mut tasks = Vec::new();
         for w in 0..8 {
@@ -299,7 +307,7 @@ async fn test_defrag_under_load_does_not_block() {
             tasks.push(tokio::spawn(async move {
                 for i in 0..750 {
                     let n = w * 100_000 + i;
-                    let key = if i < 188 { format!("hot/{}", n % 300) } else { format!("cold/{n}") };
+                    let key = if i < 563 { format!("hot/{}", n % 300) } else { format!("cold/{n}") };
                     let mut tries = 0;
                     while let Err(e) = cl.put(key.clone(), val.clone(), None).await {
                         tries += 1;
@@ -313,7 +321,7 @@ async fn test_defrag_under_load_does_not_block() {
         }
         let mut cl0 = cl.clone();
         let rev = cl0.get("hot/1", None).await.unwrap().header().unwrap().revision();
-        cl0.compact(rev / 2, None).await.unwrap();
+        cl0.compact(rev, None).await.unwrap();
         let size = cl0.status().await.unwrap().db_size();
 
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -330,7 +338,7 @@ async fn test_defrag_under_load_does_not_block() {
                     let ok = if w % 2 == 0 {
                         cl.put(format!("load/{w}/{}", i % 100), "v", None).await.is_ok()
                     } else {
-                        cl.get(format!("cold/{}", 200 + i % 500), None).await.is_ok()
+                        cl.get(format!("cold/{}", 563 + i % 187), None).await.is_ok()
                     };
                     lat.push((t0 - started, t0.elapsed(), ok));
                     i += 1;
@@ -369,6 +377,7 @@ async fn test_defrag_under_load_does_not_block() {
             flavor.name(), size, after, defrag_took, base.len(), pb, during.len(), pd, md, failed
         );
         assert_eq!(failed, 0);
+        assert!(after < size, "defrag did not shrink the file: {size} -> {after}");
         if flavor == Flavor::Retcd {
             assert!(!during.is_empty(), "no request ran during the defrag ({defrag_took:?})");
             // Nothing waited behind the defrag as a whole.
@@ -383,6 +392,99 @@ async fn test_defrag_under_load_does_not_block() {
                 "p99 {pb:?} -> {pd:?}"
             );
         }
+    })
+    .await;
+}
+
+/// Corruption check (`--experimental-corrupt-check-time 1s`) end to end:
+/// 3 members of the failpoints build; with equal key spaces no alarm is
+/// raised; once one member reports a different HashKV (failpoint
+/// `mvcc_hash_kv_corrupt`, set on it and applied by restarting it) the
+/// leader raises CORRUPT, `alarm list` shows it, and writes fail with
+/// DataLoss "etcdserver: corrupt cluster" as etcd's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_corrupt_check_raises_corrupt_alarm() {
+    use retcd_tests::robustness::{Options, RbCluster};
+    if test_flavor() != Flavor::Retcd {
+        return; // needs the failpoints build
+    }
+    bounded(LIMIT, async {
+        let opts = Options::new(Flavor::Retcd, 3)
+            .with_failpoints()
+            .flags(&["--experimental-corrupt-check-time", "1s"]);
+        let mut rb = RbCluster::start(&opts, 1).await.unwrap();
+        let mut cl = rb.cluster.client_all().await.unwrap();
+        for i in 0..50 {
+            cl.put(format!("k/{i}"), format!("v{i}"), None)
+                .await
+                .unwrap();
+        }
+        // Several check periods with equal hashes: no alarm.
+        sleep(Duration::from_secs(4)).await;
+        let alarms = cl
+            .alarm(AlarmAction::Get, AlarmType::None, None)
+            .await
+            .unwrap();
+        let shown: Vec<_> = alarms
+            .alarms()
+            .iter()
+            .map(|a| (a.member_id(), a.alarm()))
+            .collect();
+        assert!(shown.is_empty(), "alarm without a corruption: {shown:?}");
+        cl.put("still", "writable", None).await.unwrap();
+
+        // One follower's HashKV now differs.
+        let leader = rb.leader().await.unwrap();
+        let bad = (leader + 1) % 3;
+        rb.set_failpoints(bad, "mvcc_hash_kv_corrupt=return");
+        rb.kill(bad);
+        rb.restart(bad);
+        rb.cluster
+            .wait_member_ready(bad, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let alarms = loop {
+            let r = cl.alarm(AlarmAction::Get, AlarmType::None, None).await;
+            if let Ok(r) = r {
+                if r.alarms().iter().any(|a| a.alarm() == AlarmType::Corrupt) {
+                    break r
+                        .alarms()
+                        .iter()
+                        .map(|a| (a.member_id(), a.alarm()))
+                        .collect::<Vec<_>>();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "CORRUPT never raised\n{}",
+                rb.cluster.log_tails(4000)
+            );
+            sleep(Duration::from_millis(200)).await;
+        };
+        eprintln!("CORRUPT: alarms {alarms:?} (corrupted member m{bad})");
+        // The leader's hash is right, so the alarm names the corrupted member.
+        let (bad_id, _) = rb.cluster.status_of(bad).await.unwrap();
+        assert_eq!(alarms, vec![(bad_id, AlarmType::Corrupt)]);
+        // etcdctl shows it too.
+        let out = rb.cluster.etcdctl(&["alarm", "list"]);
+        assert!(out.stdout.contains("alarm:CORRUPT"), "{out:?}");
+        // Every member refuses changes.
+        for i in 0..3 {
+            let mut c = rb.cluster.client(i).await.unwrap();
+            let e = c.put("after", "corrupt", None).await.unwrap_err();
+            assert_eq!(
+                grpc_error(&e),
+                Some((
+                    tonic::Code::DataLoss,
+                    "etcdserver: corrupt cluster".to_string()
+                )),
+                "m{i}: {e:?}"
+            );
+        }
+        // Reads still work.
+        let r = cl.get("k/1", None).await.unwrap();
+        assert_eq!(r.kvs()[0].value(), b"v1");
     })
     .await;
 }

@@ -77,6 +77,7 @@ async fn peer_hashes(server: &EtcdServer, rev: i64) -> Vec<(u64, Result<HashKvRe
 /// compaction revision), or an error when our own hash is unavailable.
 pub async fn mismatches(server: &EtcdServer) -> Result<Vec<u64>, String> {
     let (hash, compact_rev, rev) = server.kv.hash_kv(0).map_err(|e| e.to_string())?;
+    let hash = crate::fp::hash_kv(hash);
     let mut bad = Vec::new();
     for (id, res) in peer_hashes(server, rev).await {
         match res {

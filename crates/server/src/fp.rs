@@ -20,6 +20,7 @@
 //! | `raft_wal_fsync_error` | `return`: the WAL save reports an fsync error (the node must stop) |
 //! | `raft_skip_wal_save` | `return`: **deliberately broken** — the WAL write is skipped, entries are acknowledged without being durable |
 //! | `watch_drop_event` | `return`: **deliberately broken** — the first event of an applied batch is not sent to watchers |
+//! | `mvcc_hash_kv_corrupt` | `return`: **deliberately broken** — this member's HashKV (the RPC and the corruption checker's own hash) is `hash ^ 1`, as if its key space diverged |
 
 use retcd_api::mvccpb::Event;
 use retcd_storage::wal::{Wal, WalEntry, WalError};
@@ -69,4 +70,13 @@ pub fn watch_events(mut events: Vec<(i64, Event)>) -> Vec<(i64, Event)> {
         );
     }
     events
+}
+
+/// A HashKV result, subject to `mvcc_hash_kv_corrupt` (`hash ^ 1`).
+pub fn hash_kv(hash: u32) -> u32 {
+    if enabled("mvcc_hash_kv_corrupt") {
+        tracing::warn!(hash, "failpoint mvcc_hash_kv_corrupt: reporting hash ^ 1");
+        return hash ^ 1;
+    }
+    hash
 }

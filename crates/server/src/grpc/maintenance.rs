@@ -201,6 +201,7 @@ impl Maintenance for MaintenanceService {
             .kv
             .hash_kv(req.revision)
             .map_err(ServerError::from)?;
+        let hash = crate::fp::hash_kv(hash);
         Ok(Response::new(HashKvResponse {
             header: Some(self.server.header(self.server.kv.current_revision())),
             hash,
