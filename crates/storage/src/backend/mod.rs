@@ -221,15 +221,13 @@ impl Backend {
         let now_ms = self.opened.elapsed().as_millis() as u64;
         let last = self.in_use_at_ms.load(Ordering::Relaxed);
         let due = last == 0 || now_ms.saturating_sub(last) >= IN_USE_REFRESH.as_millis() as u64;
-        if due
-            && self
-                .in_use_at_ms
-                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if due {
+            // Only when the writer is free; a busy writer means try again
+            // on the next call, not a stale value for another interval.
             if let Ok(txn) = self.db().try_begin_write() {
                 self.record_size_in_use(&txn);
                 let _ = txn.abort();
+                self.in_use_at_ms.store(now_ms.max(1), Ordering::Relaxed);
             }
         }
         self.in_use.load(Ordering::Relaxed)
