@@ -20,6 +20,7 @@ use anyhow::{bail, Context, Result};
 use etcd_client::GetOptions;
 use rand::rngs::StdRng;
 use retcd_robustness::history::{History, Operation, Request};
+use retcd_robustness::lease::{self, LeaseConfig, LeaseKeeper};
 use retcd_robustness::linearizability::{self, Verdict};
 use retcd_robustness::model::KvState;
 use retcd_robustness::proxy::Proxy;
@@ -87,6 +88,9 @@ pub struct Options {
     pub watchers: Vec<(Filter, bool)>,
     /// The members the traffic clients talk to (default: all).
     pub traffic_members: Option<Vec<usize>>,
+    /// Run the lease client (keepalives through the faults, expiry after)
+    /// and the lease check ([`retcd_robustness::lease`]).
+    pub lease_check: bool,
 }
 
 impl Options {
@@ -104,7 +108,26 @@ impl Options {
                 (Filter::NoDelete, true),
             ],
             traffic_members: None,
+            lease_check: false,
         }
+    }
+
+    /// Adds the lease client and the lease check.
+    pub fn with_lease_check(mut self) -> Options {
+        self.lease_check = true;
+        self
+    }
+
+    /// The `--election-timeout` of the flags (etcd's default 1 s otherwise).
+    pub fn election_timeout(&self) -> Duration {
+        let ms = self
+            .flags
+            .iter()
+            .position(|f| f == "--election-timeout")
+            .and_then(|i| self.flags.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
+        Duration::from_millis(ms)
     }
 
     pub fn with_proxies(mut self) -> Options {
@@ -350,6 +373,7 @@ pub struct Run {
     abort: Arc<AtomicBool>,
     init_rev: i64,
     started: Instant,
+    lease: Option<LeaseKeeper>,
     /// Problems noticed during the run (e.g. a member that should have stopped).
     pub notes: Vec<String>,
 }
@@ -365,6 +389,18 @@ impl Run {
     pub async fn start_seeded(name: &str, opts: Options, seed: u64) -> Run {
         let rc = RbCluster::start(&opts, seed).await.expect("start cluster");
         let eps = rc.cluster.endpoints();
+        let clock = Clock::new();
+        // The lease client first: its put is below the traffic's first revision.
+        let lease = if opts.lease_check {
+            let cfg = LeaseConfig::new(opts.election_timeout());
+            Some(
+                lease::start(eps.clone(), cfg, clock)
+                    .await
+                    .expect("lease client"),
+            )
+        } else {
+            None
+        };
         let mut cl = traffic::connect(&eps, Duration::from_secs(5))
             .await
             .expect("connect");
@@ -377,7 +413,6 @@ impl Run {
             .expect("initial get");
         assert!(r.kvs().is_empty(), "the traffic prefix must start empty");
         let init_rev = r.header().map(|h| h.revision()).unwrap_or(1);
-        let clock = Clock::new();
         let stop = Arc::new(AtomicBool::new(false));
         let target = Arc::new(AtomicI64::new(0));
         let abort = Arc::new(AtomicBool::new(false));
@@ -426,6 +461,7 @@ impl Run {
             abort,
             init_rev,
             started: Instant::now(),
+            lease,
             notes: Vec::new(),
         }
     }
@@ -588,6 +624,35 @@ impl Run {
                 Ok(Ok(r)) => records.push(r),
                 _ => rep.violations.push("a watcher did not finish".into()),
             }
+        }
+        // The lease: keepalives flowed through the faults and the healing;
+        // now (past the final revision the watchers waited for) they stop
+        // and the key must expire within TTL + 2 election timeouts.
+        if let Some(l) = self.lease.take() {
+            eprintln!(
+                "robustness: {}: stopping keepalives, waiting for the lease to expire",
+                self.name
+            );
+            let lr = l.finish().await;
+            let lv = lease::check(&lr);
+            let ok_ka = lr.keepalives.iter().filter(|k| k.ok).count();
+            let last = lr.last_keepalive_end().unwrap_or(lr.put_ret);
+            let gone = lr
+                .observed_deleted()
+                .map(|t| format!("{:.2} s", (t as f64 - last as f64) / 1e9));
+            eprintln!(
+                "robustness: {}: lease: {} keepalives ({} ok), {} reads, {} DELETE events; key seen gone {} after the last keepalive (TTL {} s + grace {:?}): {}",
+                self.name,
+                lr.keepalives.len(),
+                ok_ka,
+                lr.reads.len(),
+                lr.delete_events.len(),
+                gone.unwrap_or_else(|| "never".into()),
+                lr.ttl / 1_000_000_000,
+                Duration::from_nanos(lr.grace),
+                if lv.is_empty() { "OK" } else { "PROBLEM" }
+            );
+            rep.violations.extend(lv);
         }
         // The checks: watch first (its ground truth resolves unknown writes).
         let mut wr = watch::check(&records, &history, self.init_rev, final_rev);

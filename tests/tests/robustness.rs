@@ -28,7 +28,9 @@ fn phase() -> Duration {
 }
 
 /// Runs `scenario` once with `base_seed` (or `RETCD_ROBUSTNESS_SEED`), or in
-/// long mode once per fresh seed; every report must be clean.
+/// long mode once per fresh seed (with `RETCD_ROBUSTNESS_SEED` set too: that
+/// seed once, with the long phase, to replay a long-mode failure); every
+/// report must be clean. In long mode every seed runs even after a failure.
 async fn repeat<F, Fut>(name: &str, base_seed: u64, scenario: F)
 where
     F: Fn(u64) -> Fut,
@@ -36,16 +38,32 @@ where
 {
     let _serial = SERIAL.lock().await;
     let runs = retcd_robustness::seed::long_runs();
-    let seeds: Vec<u64> = if runs == 0 {
+    let replay = std::env::var("RETCD_ROBUSTNESS_SEED").is_ok();
+    let seeds: Vec<u64> = if runs == 0 || replay {
         vec![retcd_robustness::seed::seed_for(name, base_seed)]
     } else {
         (0..runs)
             .map(|_| retcd_robustness::seed::random_seed())
             .collect()
     };
+    let mut failed = Vec::new();
     for s in seeds {
         eprintln!("robustness: scenario {name}: seed {s}");
         let rep = bounded(LIMIT, scenario(s)).await;
+        if !rep.ok() {
+            eprintln!(
+                "robustness: scenario {name}: seed {s} FAILED: {}",
+                rep.violations.join("; ")
+            );
+            failed.push(rep);
+        }
+    }
+    if let Some(rep) = failed.first() {
+        eprintln!(
+            "robustness: scenario {name}: {} failing seed(s): {:?}",
+            failed.len(),
+            failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+        );
         rep.assert_ok();
     }
 }
@@ -57,7 +75,8 @@ fn opts(n: usize) -> Options {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn robustness_kill_random_member_repeatedly() {
     repeat("kill_random_member", 101, |seed| async move {
-        let mut run = Run::start_seeded("kill_random_member", opts(3), seed).await;
+        let mut run =
+            Run::start_seeded("kill_random_member", opts(3).with_lease_check(), seed).await;
         while run.running(phase()) {
             run.sleep_ms(700, 1500).await;
             let i = run.pick(3);
@@ -73,7 +92,7 @@ async fn robustness_kill_random_member_repeatedly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn robustness_kill_leader() {
     repeat("kill_leader", 102, |seed| async move {
-        let mut run = Run::start_seeded("kill_leader", opts(3), seed).await;
+        let mut run = Run::start_seeded("kill_leader", opts(3).with_lease_check(), seed).await;
         while run.running(phase()) {
             run.sleep_ms(800, 1500).await;
             let Ok(l) = run.rc.leader().await else {
@@ -110,7 +129,7 @@ async fn robustness_kill_all_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn robustness_pause_leader() {
     repeat("pause_leader", 104, |seed| async move {
-        let mut run = Run::start_seeded("pause_leader", opts(3), seed).await;
+        let mut run = Run::start_seeded("pause_leader", opts(3).with_lease_check(), seed).await;
         while run.running(phase()) {
             run.sleep_ms(500, 1000).await;
             let Ok(l) = run.rc.leader().await else {
@@ -129,7 +148,12 @@ async fn robustness_pause_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn robustness_partition_leader() {
     repeat("partition_leader", 105, |seed| async move {
-        let mut run = Run::start_seeded("partition_leader", opts(3).with_proxies(), seed).await;
+        let mut run = Run::start_seeded(
+            "partition_leader",
+            opts(3).with_proxies().with_lease_check(),
+            seed,
+        )
+        .await;
         while run.running(phase()) {
             run.sleep_ms(500, 1000).await;
             let Ok(l) = run.rc.leader().await else {

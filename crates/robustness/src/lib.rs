@@ -11,9 +11,12 @@
 //!   key space with revisions and leases), reporting a minimal failing prefix;
 //! * [`watch`]: ordered, unique, atomic, reliable, resumable, bookmarkable,
 //!   prev_kv and filter checks, against each other and the KV history;
+//! * [`lease`]: a lease client keeping a lease alive through the faults,
+//!   and the check that its key never expires early nor late;
 //! * [`seed`]: the run's seed (printed; `RETCD_ROBUSTNESS_SEED` replays it).
 
 pub mod history;
+pub mod lease;
 pub mod linearizability;
 pub mod model;
 pub mod proxy;
