@@ -489,6 +489,60 @@ async fn test_corrupt_check_raises_corrupt_alarm() {
     .await;
 }
 
+/// `--experimental-initial-corrupt-check`: a member whose HashKV differs
+/// from its peers' (failpoint `mvcc_hash_kv_corrupt`) exits at start with
+/// etcd's "found data inconsistency with peers"; the others keep serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_initial_corrupt_check_stops_a_corrupted_member() {
+    use retcd_tests::robustness::{Options, RbCluster};
+    if test_flavor() != Flavor::Retcd {
+        return; // needs the failpoints build
+    }
+    bounded(LIMIT, async {
+        let opts = Options::new(Flavor::Retcd, 3)
+            .with_failpoints()
+            .flags(&["--experimental-initial-corrupt-check"]);
+        let mut rb = RbCluster::start(&opts, 1).await.unwrap();
+        let mut cl = rb.cluster.client_all().await.unwrap();
+        for i in 0..20 {
+            cl.put(format!("ic/{i}"), format!("v{i}"), None)
+                .await
+                .unwrap();
+        }
+        // With equal hashes every member passed its initial check.
+        sleep(Duration::from_secs(2)).await;
+        for i in 0..3 {
+            assert!(
+                rb.cluster.members[i].is_running(),
+                "m{i} stopped without a corruption:\n{}",
+                rb.cluster.members[i].log_tail(3000)
+            );
+        }
+        let leader = rb.leader().await.unwrap();
+        let bad = (leader + 1) % 3;
+        rb.set_failpoints(bad, "mvcc_hash_kv_corrupt=return");
+        rb.kill(bad);
+        rb.restart(bad);
+        let status = rb.cluster.members[bad].wait_exit(Duration::from_secs(30));
+        let log = rb.cluster.members[bad].log();
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "corrupted member still running or exited 0: {status:?}\n{}",
+            rb.cluster.members[bad].log_tail(3000)
+        );
+        assert!(
+            log.contains("found data inconsistency with peers"),
+            "no inconsistency reported:\n{}",
+            rb.cluster.members[bad].log_tail(3000)
+        );
+        // The healthy members still serve writes.
+        let live: Vec<usize> = (0..3).filter(|&i| i != bad).collect();
+        let mut c = rb.cluster.client_of(&live).await.unwrap();
+        c.put("ic/after", "ok", None).await.unwrap();
+    })
+    .await;
+}
+
 /// `etcdctl snapshot save` from a 3-member cluster, `retcdutl snapshot
 /// status`, `retcdutl snapshot restore` into three new data dirs (one per
 /// member name), a new cluster started from them: every key with the same
