@@ -277,6 +277,7 @@ pub async fn publish(server: Arc<EtcdServer>) {
             match server.propose(req).await {
                 Ok(_) => {
                     tracing::info!(name = %attrs.name, client_urls = ?attrs.client_urls, "published local member to cluster");
+                    server.published.send_replace(true);
                     return;
                 }
                 Err(crate::error::ServerError::Stopped) => return,

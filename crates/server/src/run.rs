@@ -58,8 +58,15 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             .into_axum_router()
             .merge(crate::http::router(server.clone()));
         let mut rx = stop_rx.clone();
-        tracing::info!(address = %addr, "serving client traffic");
+        let mut published = server.published.subscribe();
         tasks.push(tokio::spawn(async move {
+            // As etcd: the port is bound now, clients are served once this
+            // member's publish is applied (until then connections wait).
+            tokio::select! {
+                _ = published.wait_for(|p| *p) => {}
+                _ = rx.wait_for(|s| *s) => return,
+            }
+            tracing::info!(address = %addr, "serving client traffic");
             let r = tonic::transport::Server::builder()
                 .accept_http1(true)
                 .tcp_nodelay(true)

@@ -67,6 +67,9 @@ pub struct EtcdServer {
     raft_tx: Mutex<mpsc::Sender<RaftInput>>,
     next_id: AtomicU64,
     request_timeout: Duration,
+    /// Becomes true once this member's publish (name + client URLs) is
+    /// applied; clients are served only from then on, as etcd does.
+    pub published: tokio::sync::watch::Sender<bool>,
 }
 
 impl EtcdServer {
@@ -335,6 +338,7 @@ impl EtcdServer {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let server = Arc::new(EtcdServer {
+            published: tokio::sync::watch::Sender::new(false),
             member_id: meta.member_id,
             cluster_id: meta.cluster_id,
             kv,
