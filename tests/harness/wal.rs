@@ -8,9 +8,10 @@
 //! top bit is set, bits 56..59 give the padding count) followed by the
 //! `walpb.Record` protobuf (whose first byte is `0x08`, the `type` tag) and
 //! padding to 8 bytes; a zero length word marks the end of the written part
-//! of a preallocated segment. When a file does not parse that way (retcd chose
-//! another framing) they fall back to format-agnostic positions: the end of
-//! the file and the middle of its non-zero prefix.
+//! of a preallocated segment. They understand retcd's framing too (a 16-byte
+//! header, zeros after the last record). When a file parses neither way
+//! they fall back to format-agnostic positions: the end of the file and the
+//! middle of its non-zero prefix.
 
 use std::fs::{self, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
@@ -49,11 +50,14 @@ pub fn last_segment(data_dir: &Path) -> Result<PathBuf> {
     Ok(wal_segments(data_dir)?.pop().expect("non-empty"))
 }
 
-/// One record frame in an etcd-framed segment.
+/// One record frame in a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
     /// Offset of the length word.
     pub offset: usize,
+    /// Bytes before the record data (etcd: the 8-byte length word; retcd:
+    /// its 16-byte header).
+    pub header: usize,
     /// Length of the record data (without padding).
     pub len: usize,
     /// Padding after the data.
@@ -62,7 +66,46 @@ pub struct Frame {
 
 impl Frame {
     pub fn end(&self) -> usize {
-        self.offset + 8 + self.len + self.pad
+        self.offset + self.header + self.len + self.pad
+    }
+}
+
+/// Parses `buf` as etcd's or retcd's record frames (retcd: a 16-byte header
+/// `[len u32][type 1..=5][0; 3][crc u32][header crc u32]`, see
+/// `crates/storage/src/wal`); both stop at the zeros of a preallocated
+/// segment. `None` if neither fits.
+pub fn frames(buf: &[u8]) -> Option<Vec<Frame>> {
+    etcd_frames(buf).or_else(|| retcd_frames(buf))
+}
+
+fn retcd_frames(buf: &[u8]) -> Option<Vec<Frame>> {
+    let mut frames = Vec::new();
+    let mut off = 0usize;
+    while off + 16 <= buf.len() {
+        let h = &buf[off..off + 16];
+        if h.iter().all(|&b| b == 0) {
+            break;
+        }
+        let len = u32::from_le_bytes(h[0..4].try_into().ok()?) as usize;
+        if !(1..=5).contains(&h[4]) || h[5..8] != [0, 0, 0] {
+            return None;
+        }
+        let f = Frame {
+            offset: off,
+            header: 16,
+            len,
+            pad: 0,
+        };
+        if f.end() > buf.len() {
+            return None;
+        }
+        frames.push(f);
+        off = f.end();
+    }
+    if frames.is_empty() {
+        None
+    } else {
+        Some(frames)
     }
 }
 
@@ -84,6 +127,7 @@ pub fn etcd_frames(buf: &[u8]) -> Option<Vec<Frame>> {
         };
         let f = Frame {
             offset: off,
+            header: 8,
             len,
             pad,
         };
@@ -114,7 +158,7 @@ fn nonzero_prefix_len(buf: &[u8]) -> usize {
 /// or preallocated zeros — a torn sector). Returns the offset written at.
 pub fn tear_tail(segment: &Path) -> Result<u64> {
     let buf = fs::read(segment)?;
-    let at = match etcd_frames(&buf) {
+    let at = match frames(&buf) {
         Some(frames) => frames.last().expect("non-empty").end(),
         None => buf.len(),
     };
@@ -133,10 +177,10 @@ pub fn tear_tail(segment: &Path) -> Result<u64> {
 /// record is torn and nothing follows it). Returns the new length.
 pub fn truncate_last_record(segment: &Path) -> Result<u64> {
     let buf = fs::read(segment)?;
-    let new_len = match etcd_frames(&buf) {
+    let new_len = match frames(&buf) {
         Some(frames) => {
             let last = frames.last().expect("non-empty");
-            last.offset + 8 + last.len / 2
+            last.offset + last.header + last.len / 2
         }
         None => nonzero_prefix_len(&buf).saturating_sub(3),
     };
@@ -151,13 +195,13 @@ pub fn truncate_last_record(segment: &Path) -> Result<u64> {
 /// Returns the offset flipped.
 pub fn flip_middle_byte(segment: &Path) -> Result<u64> {
     let mut buf = fs::read(segment)?;
-    let at = match etcd_frames(&buf) {
+    let at = match frames(&buf) {
         Some(frames) => {
             if frames.len() < 3 {
                 bail!("only {} records in {}", frames.len(), segment.display());
             }
             let f = frames[frames.len() / 2];
-            f.offset + 8 + f.len / 2
+            f.offset + f.header + f.len / 2
         }
         None => nonzero_prefix_len(&buf) / 2,
     };

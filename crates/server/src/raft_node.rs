@@ -94,6 +94,10 @@ pub struct RaftNode {
 /// waits so the change reaches the other members first).
 const REMOVED_EXIT_DELAY: Duration = Duration::from_secs(1);
 
+/// Applied entries kept in memory beyond `catchup_entries` before the log is
+/// trimmed between snapshots (trimming in steps, not on every apply).
+const MEMORY_LOG_SLACK: u64 = 5_000;
+
 /// How often an unanswered ReadIndex is sent again (etcd: 500 ms).
 const READ_INDEX_RETRY: Duration = Duration::from_millis(500);
 /// An unanswered ReadIndex is given up after this long (its callers have
@@ -656,6 +660,7 @@ impl RaftNode {
     fn maybe_snapshot(&mut self) {
         let (applied, term) = self.storage.applied();
         if applied < self.snapshot_index + self.cfg.snapshot_count.max(1) {
+            self.trim_memory_log(applied);
             return;
         }
         self.commit_durable();
@@ -686,6 +691,21 @@ impl RaftNode {
             compact_to,
             "snapshot saved, raft log compacted"
         );
+    }
+
+    /// Between snapshots, keeps the in-memory log to at most
+    /// `catchup_entries + MEMORY_LOG_SLACK` applied entries (etcd keeps up
+    /// to `--snapshot-count` of them: 100 000 entries, tens of MiB). Safe at
+    /// any time: the WAL still holds every entry for a restart, and a
+    /// follower further behind than the kept tail gets a snapshot, which is
+    /// a dump of the store at the applied index (never behind the trimmed
+    /// point).
+    fn trim_memory_log(&self, applied: u64) {
+        let first = self.storage.first_index_now();
+        let keep = self.cfg.catchup_entries.max(1);
+        if applied > first + keep + MEMORY_LOG_SLACK {
+            self.storage.compact(applied - keep);
+        }
     }
 
     fn publish_status(&self) {

@@ -188,7 +188,9 @@ pub(crate) fn scan(
     let seg = || segment.to_string();
     loop {
         let rest = buf.get(off..).unwrap_or(&[]);
-        if rest.is_empty() {
+        // The end of the written part: nothing, or the zeros of a
+        // preallocated segment (a record header is never all zeros).
+        if rest.first().is_none_or(|&b| b == 0) && rest.iter().all(|&b| b == 0) {
             break;
         }
         // Either returns the torn-tail verdict or the corruption error.

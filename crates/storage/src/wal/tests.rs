@@ -320,22 +320,28 @@ fn test_open_on_torn_write() {
 }
 
 #[test]
-fn test_tail_zeros_repaired() {
+fn test_tail_zeros_end_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = Wal::create(dir.path(), b"m").unwrap();
     w.save(Some(b"hs"), &ents(1..=5, 1)).unwrap();
     drop(w);
     let p = last_segment(dir.path());
     let len = file_len(&p);
+    // Zeros after the last record are the unwritten part of a
+    // preallocated segment: the log ends there, nothing is cut.
+    let mut zeros_total = 0;
     for zeros in [3usize, 16, 4096] {
         let mut f = OpenOptions::new().append(true).open(&p).unwrap();
         std::io::Write::write_all(&mut f, &vec![0u8; zeros]).unwrap();
         drop(f);
+        zeros_total += zeros as u64;
         let (w, c) = Wal::open(dir.path()).unwrap();
         assert_eq!(c.entries, ents(1..=5, 1));
-        assert_eq!(file_len(&p), len);
+        assert_eq!(c.hard_state.as_deref(), Some(&b"hs"[..]));
+        assert_eq!(file_len(&p), len + zeros_total);
         drop(w);
     }
+    truncate(&p, len);
     // Last record damaged and followed by zeros: torn, only it is dropped.
     flip_byte(&p, len - 1);
     let mut f = OpenOptions::new().append(true).open(&p).unwrap();
@@ -351,6 +357,109 @@ fn test_tail_zeros_repaired() {
     drop(w);
     let (_, c) = Wal::open(dir.path()).unwrap();
     assert_eq!(c.entries, ents(1..=6, 1));
+}
+
+/// Runs `f` with segments preallocated to `bytes` (capped at the segment
+/// size), as the server does with 64 MiB.
+fn with_prealloc<R>(bytes: u64, f: impl FnOnce() -> R) -> R {
+    super::TEST_PREALLOC.with(|p| p.set(Some(bytes)));
+    let r = f();
+    super::TEST_PREALLOC.with(|p| p.set(None));
+    r
+}
+
+const PREALLOC: u64 = 256 * 1024;
+
+#[test]
+fn test_preallocated_segments_replay_and_cut() {
+    with_prealloc(PREALLOC, || {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(dir.path(), b"m").unwrap();
+        let p0 = last_segment(dir.path());
+        assert_eq!(file_len(&p0), PREALLOC, "first segment preallocated");
+        for i in 1..=10u64 {
+            w.save(Some(format!("hs{i}").as_bytes()), &ents(i..=i, 1))
+                .unwrap();
+        }
+        assert_eq!(
+            file_len(&p0),
+            PREALLOC,
+            "appends stay inside the allocation"
+        );
+        drop(w);
+        let (mut w, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries, ents(1..=10, 1));
+        assert_eq!(c.hard_state.as_deref(), Some(&b"hs10"[..]));
+        // Appending after a reopen writes after the last record, not at
+        // the end of the file.
+        w.set_segment_size(4096);
+        for i in 11..=60u64 {
+            w.save(
+                None,
+                &[WalEntry {
+                    index: i,
+                    term: 2,
+                    data: vec![i as u8; 200],
+                }],
+            )
+            .unwrap();
+        }
+        drop(w);
+        let segs = segment_paths(dir.path());
+        assert!(segs.len() > 2, "segments were cut: {segs:?}");
+        for p in &segs[1..] {
+            assert!(file_len(p) >= 4096, "{} preallocated", p.display());
+        }
+        let (_, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries.len(), 60);
+        assert_eq!(c.entries.last().unwrap().index, 60);
+    });
+}
+
+#[test]
+fn test_preallocated_torn_tail_repaired() {
+    with_prealloc(PREALLOC, || {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(dir.path(), b"m").unwrap();
+        let mut ends = Vec::new();
+        for i in 1..=10u64 {
+            w.save(Some(format!("hs{i}").as_bytes()), &ents(i..=i, 1))
+                .unwrap();
+            ends.push(w.offset);
+        }
+        drop(w);
+        let p = last_segment(dir.path());
+        // The 8th save only partly reached disk: its bytes from 20 on, and
+        // all later ones, read as the preallocated zeros.
+        let mut b = fs::read(&p).unwrap();
+        for x in &mut b[(ends[6] + 20) as usize..ends[9] as usize] {
+            *x = 0;
+        }
+        fs::write(&p, &b).unwrap();
+        let (mut w, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries, ents(1..=7, 1));
+        assert_eq!(c.hard_state.as_deref(), Some(&b"hs7"[..]));
+        assert_eq!(w.offset, ends[6]);
+        assert_eq!(file_len(&p), PREALLOC, "room given back after the cut");
+        w.save(Some(b"again"), &ents(8..=9, 2)).unwrap();
+        drop(w);
+        let (_, c) = Wal::open(dir.path()).unwrap();
+        let mut want = ents(1..=7, 1);
+        want.extend(ents(8..=9, 2));
+        assert_eq!(c.entries, want);
+
+        // A valid record header far into the zeros means records were
+        // written after a damaged one: corruption, refused.
+        let mut b = fs::read(&p).unwrap();
+        let rec = b[ends[0] as usize..ends[1] as usize].to_vec();
+        let at = (PREALLOC / 2) as usize;
+        b[at..at + rec.len()].copy_from_slice(&rec);
+        let damaged = ends[3] as usize + 3;
+        b[damaged] ^= 0xFF;
+        fs::write(&p, &b).unwrap();
+        let err = Wal::open(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("crc"), "{err}");
+    });
 }
 
 #[test]
@@ -574,6 +683,56 @@ proptest! {
         let mut want = c.entries.clone();
         want.extend(ents(next..=next + 2, 99));
         prop_assert_eq!(c2.entries, want);
+    }
+
+    #[test]
+    fn prop_torn_zeroed_tail_in_preallocated_segment(
+        batches in proptest::collection::vec(batch(), 1..12),
+        cut in 0.0f64..=1.0,
+    ) {
+        with_prealloc(PREALLOC, || -> std::result::Result<(), TestCaseError> {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = Wal::create(dir.path(), b"meta").unwrap();
+            let header_end = w.offset;
+            let mut ends = Vec::new();
+            let mut all = Vec::new();
+            let mut last = 0u64;
+            for (n, b) in batches.iter().enumerate() {
+                let es = batch_entries(b, n, last);
+                if let Some(e) = es.last() { last = e.index; }
+                w.save(b.hard_state.as_deref(), &es).unwrap();
+                ends.push(w.offset);
+                all.push(es);
+            }
+            let total = w.offset;
+            drop(w);
+            let p = last_segment(dir.path());
+            let t = header_end + (((total - header_end) as f64) * cut) as u64;
+            let mut b = fs::read(&p).unwrap();
+            for x in &mut b[t as usize..total as usize] { *x = 0; }
+            fs::write(&p, &b).unwrap();
+            let (mut w, c) = Wal::open(dir.path()).unwrap();
+            let m = ends.iter().take_while(|&&l| l <= t).count();
+            let mut model = Vec::new();
+            for es in all.iter().take(m) {
+                for e in es { model_apply(&mut model, e); }
+            }
+            let partial = all.get(m).cloned().unwrap_or_default();
+            let mut candidate = model.clone();
+            let mut ok = candidate == c.entries;
+            for e in &partial {
+                model_apply(&mut candidate, e);
+                ok |= candidate == c.entries;
+            }
+            prop_assert!(ok, "replayed {:?}\nmodel {:?}", c.entries, model);
+            let next = c.entries.last().map_or(1, |e| e.index + 1);
+            w.save(Some(b"after"), &ents(next..=next, 99)).unwrap();
+            drop(w);
+            let (_, c2) = Wal::open(dir.path()).unwrap();
+            prop_assert_eq!(c2.hard_state.as_deref(), Some(&b"after"[..]));
+            prop_assert_eq!(c2.entries.last(), Some(&ent(next, 99)));
+            Ok(())
+        })?;
     }
 
     #[test]
