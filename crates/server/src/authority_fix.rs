@@ -39,12 +39,17 @@ const FLAG_PRIORITY: u8 = 0x20;
 /// Frames above this are passed through unparsed (h2 refuses frames over
 /// its advertised maximum anyway).
 const MAX_PARSED_FRAME: usize = 1 << 24;
+/// Bytes read from the socket at a time.
+const READ_CHUNK: usize = 16 * 1024;
 
 pub struct AuthorityFix {
     inner: TcpStream,
     fixer: FrameFixer,
     /// Bytes ready for the reader, from `ready_pos` on.
     ready_pos: usize,
+    /// What the socket delivers is read into this (kept, not re-zeroed per
+    /// read).
+    read_buf: Box<[u8]>,
 }
 
 impl AuthorityFix {
@@ -53,6 +58,7 @@ impl AuthorityFix {
             inner,
             fixer: FrameFixer::default(),
             ready_pos: 0,
+            read_buf: vec![0u8; READ_CHUNK].into_boxed_slice(),
         }
     }
 }
@@ -141,7 +147,9 @@ impl FrameFixer {
             }
             pos += FRAME_HEADER + len;
         }
-        self.pending = buf[pos..].to_vec();
+        let mut buf = buf;
+        buf.drain(..pos);
+        self.pending = buf;
     }
 }
 
@@ -213,6 +221,14 @@ fn write_int(out: &mut Vec<u8>, first_bits: u8, n: u8, v: usize) {
     out.push(rest as u8);
 }
 
+/// Skips a string literal at `b[*i]` without decoding it.
+fn skip_string(b: &[u8], i: &mut usize) -> Option<()> {
+    let len = read_int(b, i, 7)?;
+    b.get(*i..i.checked_add(len)?)?;
+    *i += len;
+    Some(())
+}
+
 /// A string literal at `b[*i]`: (decoded bytes, raw range).
 fn read_string(b: &[u8], i: &mut usize) -> Option<Vec<u8>> {
     let huffman = *b.get(*i)? & 0x80 != 0;
@@ -239,7 +255,14 @@ fn repaired(v: &[u8]) -> Option<Vec<u8>> {
 
 /// Rewrites every literal `:authority` with a scheme in a header block.
 /// None when nothing changed or the block is not understood.
+///
+/// Every request carries a HEADERS frame, so the common case (nothing to
+/// repair) is a scan that decodes only `:authority` values and allocates
+/// nothing; the block is rebuilt only when a repair is needed.
 fn rewrite_block(b: &[u8]) -> Option<Vec<u8>> {
+    if !needs_repair(b)? {
+        return None;
+    }
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     let mut changed = false;
@@ -276,6 +299,36 @@ fn rewrite_block(b: &[u8]) -> Option<Vec<u8>> {
     changed.then_some(out)
 }
 
+/// Whether a header block has a literal `:authority` with a scheme; None
+/// when the block is not understood.
+fn needs_repair(b: &[u8]) -> Option<bool> {
+    let mut i = 0;
+    while i < b.len() {
+        let first = b[i];
+        if first & 0x80 != 0 {
+            read_int(b, &mut i, 7)?;
+        } else if first & 0xe0 == 0x20 {
+            read_int(b, &mut i, 5)?;
+        } else {
+            let n = if first & 0x40 != 0 { 6 } else { 4 };
+            let name_index = read_int(b, &mut i, n)?;
+            let name_is_authority = if name_index == 0 {
+                read_string(b, &mut i)? == b":authority"
+            } else {
+                name_index == 1
+            };
+            if name_is_authority {
+                if repaired(&read_string(b, &mut i)?).is_some() {
+                    return Some(true);
+                }
+            } else {
+                skip_string(b, &mut i)?;
+            }
+        }
+    }
+    Some(false)
+}
+
 impl AsyncRead for AuthorityFix {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -295,8 +348,7 @@ impl AsyncRead for AuthorityFix {
                 }
                 return Poll::Ready(Ok(()));
             }
-            let mut tmp = [0u8; 16 * 1024];
-            let mut rb = ReadBuf::new(&mut tmp);
+            let mut rb = ReadBuf::new(&mut this.read_buf);
             match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
                 Poll::Ready(Ok(())) => {
                     let got = rb.filled();
