@@ -56,7 +56,7 @@ pub fn available(server: &EtcdServer, cost: u64) -> bool {
     match quota_bytes(server) {
         None => true,
         Some(_) if cost == 0 => true,
-        Some(q) => server.backend.size() + cost < q,
+        Some(q) => server.backend.size_cached() + cost < q,
     }
 }
 

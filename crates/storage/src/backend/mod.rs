@@ -121,8 +121,15 @@ pub struct Backend {
     in_use: AtomicU64,
     /// When `in_use` was last measured (ms since `opened`; 0 = never).
     in_use_at_ms: AtomicU64,
+    /// File size last read by [`Backend::size_cached`].
+    size: AtomicU64,
+    /// When `size` was read (ms since `opened`; 0 = never).
+    size_at_ms: AtomicU64,
     opened: std::time::Instant,
 }
+
+/// How stale [`Backend::size_cached`] may be.
+pub const SIZE_REFRESH: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How often [`Backend::size_in_use`] measures at most.
 pub const IN_USE_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
@@ -157,6 +164,8 @@ impl Backend {
             path: path.to_path_buf(),
             in_use: AtomicU64::new(0),
             in_use_at_ms: AtomicU64::new(0),
+            size: AtomicU64::new(0),
+            size_at_ms: AtomicU64::new(0),
             opened: std::time::Instant::now(),
         };
         backend.record_size_in_use(&txn);
@@ -194,6 +203,7 @@ impl Backend {
             });
         // A new file: measure again now.
         self.in_use_at_ms.store(0, Ordering::Relaxed);
+        self.size_at_ms.store(0, Ordering::Relaxed);
         let _ = self.size_in_use();
     }
 
@@ -204,7 +214,24 @@ impl Backend {
 
     /// Size of the database file in bytes (etcd's `dbSize`).
     pub fn size(&self) -> u64 {
-        std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
+        let size = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        self.size.store(size, Ordering::Relaxed);
+        let now_ms = self.opened.elapsed().as_millis() as u64;
+        self.size_at_ms.store(now_ms.max(1), Ordering::Relaxed);
+        size
+    }
+
+    /// [`Backend::size`] read at most every [`SIZE_REFRESH`]: for the quota
+    /// check made before every write, which would otherwise stat the file
+    /// once per request (the file grows in steps; etcd's check also reads a
+    /// size recorded at the last commit).
+    pub fn size_cached(&self) -> u64 {
+        let at = self.size_at_ms.load(Ordering::Relaxed);
+        let now_ms = self.opened.elapsed().as_millis() as u64;
+        if at == 0 || now_ms.saturating_sub(at) >= SIZE_REFRESH.as_millis() as u64 {
+            return self.size();
+        }
+        self.size.load(Ordering::Relaxed)
     }
 
     /// Best-effort bytes in use (etcd's `dbSizeInUse`): redb's allocated
