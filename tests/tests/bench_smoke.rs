@@ -186,6 +186,11 @@ async fn bench_compare_runs_both_servers() {
             etcd.to_str().unwrap(),
             "--retcd-bin",
             retcd.to_str().unwrap(),
+            // Pinning (taskset): servers and client on CPU 0.
+            "--server-cpus",
+            "0",
+            "--client-cpus",
+            "0",
         ]);
         for s in [
             "| workload | etcd ops/s | retcd ops/s |",

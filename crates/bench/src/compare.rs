@@ -51,6 +51,27 @@ pub struct CompareArgs {
     /// Only run this server (etcd or retcd), e.g. to profile one of them.
     #[arg(long)]
     pub only: Option<String>,
+    /// Confine the servers to these CPUs (a `taskset` list, e.g. `0`), so
+    /// the client does not compete with them; see `--client-cpus`.
+    #[arg(long)]
+    pub server_cpus: Option<String>,
+    /// Confine this benchmark process (the client) to these CPUs, e.g. `1`.
+    #[arg(long)]
+    pub client_cpus: Option<String>,
+}
+
+/// Confines every thread of this process (the client) to `cpus`; threads
+/// created later inherit it.
+fn pin_self(cpus: &str) -> Result<()> {
+    let st = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .context("run taskset (util-linux) to pin the client")?;
+    if !st.success() {
+        bail!("taskset -a -p -c {cpus} failed: {st}");
+    }
+    Ok(())
 }
 
 /// The standard suite: the rows of issue 5's table (8-byte keys, 256-byte values).
@@ -151,7 +172,13 @@ struct Servers {
 }
 
 impl Servers {
-    async fn start(bin: &Path, n: usize, dir: &Path, extra: &[String]) -> Result<Servers> {
+    async fn start(
+        bin: &Path,
+        n: usize,
+        dir: &Path,
+        extra: &[String],
+        cpus: Option<&str>,
+    ) -> Result<Servers> {
         let ports: Vec<(u16, u16)> = (0..n)
             .map(|_| Ok((free_port()?, free_port()?)))
             .collect::<Result<_>>()?;
@@ -168,7 +195,16 @@ impl Servers {
             let log = std::fs::File::create(dir.join(format!("m{i}.log")))?;
             let curl = format!("http://127.0.0.1:{c}");
             let purl = format!("http://127.0.0.1:{p}");
-            let child = Command::new(bin)
+            // `taskset -c CPUS bin ...` execs the server: same PID.
+            let mut cmd = match cpus {
+                Some(c) => {
+                    let mut t = Command::new("taskset");
+                    t.arg("-c").arg(c).arg(bin);
+                    t
+                }
+                None => Command::new(bin),
+            };
+            let child = cmd
                 .arg("--name")
                 .arg(format!("m{i}"))
                 .arg("--data-dir")
@@ -408,7 +444,8 @@ async fn run_suite(
 ) -> Result<RunResult> {
     let dir = root.join(format!("{}-{}n-run{}", flavor.name(), nodes, run));
     std::fs::create_dir_all(&dir)?;
-    let servers = Servers::start(bin, nodes, &dir, &a.server_flags).await?;
+    let servers =
+        Servers::start(bin, nodes, &dir, &a.server_flags, a.server_cpus.as_deref()).await?;
     let mut out = RunResult {
         nodes,
         run,
@@ -575,6 +612,9 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
     } else {
         None
     };
+    if let Some(c) = &a.client_cpus {
+        pin_self(c)?;
+    }
     let rows: Vec<String> = if a.rows.is_empty() {
         SUITE.iter().map(|s| s.to_string()).collect()
     } else {
@@ -620,6 +660,13 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
         a.runs,
         rows
     );
+    if a.server_cpus.is_some() || a.client_cpus.is_some() {
+        eprintln!(
+            "cpus:  servers {}  client {}",
+            a.server_cpus.as_deref().unwrap_or("any"),
+            a.client_cpus.as_deref().unwrap_or("any")
+        );
+    }
     let mut results = Vec::new();
     for &nodes in &a.nodes {
         for run in 1..=a.runs.max(1) {
