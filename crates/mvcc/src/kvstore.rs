@@ -380,6 +380,7 @@ impl KvStore {
         let snapshot = Arc::new(self.backend.begin_read()?);
         let mut index = self.index.write();
         let mut jobs = Vec::with_capacity(compactions.len());
+        let started = std::time::Instant::now();
         for &rev in compactions {
             let keep = index.compact(rev);
             jobs.push(Job {
@@ -393,6 +394,9 @@ impl KvStore {
         p.snapshot = snapshot;
         drop(p);
         drop(index);
+        if !jobs.is_empty() {
+            self.compactor.observe_index(started.elapsed());
+        }
         for job in jobs {
             self.compactor.schedule(job);
         }

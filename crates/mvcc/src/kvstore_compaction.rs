@@ -16,7 +16,10 @@
 //!    with the raft thread's per-Ready batches and never runs during a
 //!    `restore_from` or a defrag's final swap), and sleeps
 //!    `sleep_interval` (etcd: 10 ms) between batches. The last batch writes
-//!    `finishedCompactRev`. Jobs run one at a time, in the order their
+//!    `finishedCompactRev`. Batches commit without fsync (the raft
+//!    thread's periodic durable commits carry them to disk) except the
+//!    last one and one a second (etcd fsyncs every batch: bbolt commits
+//!    are durable). Jobs run one at a time, in the order their
 //!    compactions committed.
 //! 4. **Restart**: when `scheduledCompactRev > finishedCompactRev` (a crash
 //!    mid-deletion), the store opens at the scheduled revision, compacts
@@ -56,8 +59,11 @@ pub const DEFAULT_COMPACTION_BATCH_LIMIT: usize = 1000;
 /// Pause between deletion batches (etcd's `--experimental-compaction-sleep-interval`).
 pub const DEFAULT_COMPACTION_SLEEP_INTERVAL: Duration = Duration::from_millis(10);
 
-/// How the background compactor paces itself.
-#[derive(Clone, Debug)]
+/// At least this often a deletion batch is committed durably.
+const DURABLE_EVERY: Duration = Duration::from_secs(1);
+
+/// How the background compactor paces itself, and who hears about it.
+#[derive(Clone)]
 pub struct CompactionConfig {
     /// Rows of the `key` table scanned (and at most deleted) per backend
     /// write transaction.
@@ -65,6 +71,19 @@ pub struct CompactionConfig {
     /// Sleep between two batches, leaving the backend's writer to the
     /// raft thread.
     pub sleep_interval: Duration,
+    /// Receives measurements from the start (a compaction resumed at open
+    /// included); see also [`crate::KvStore::set_compaction_observer`].
+    pub observer: Option<Arc<dyn CompactionObserver>>,
+}
+
+impl std::fmt::Debug for CompactionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompactionConfig")
+            .field("batch_limit", &self.batch_limit)
+            .field("sleep_interval", &self.sleep_interval)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 impl Default for CompactionConfig {
@@ -72,6 +91,7 @@ impl Default for CompactionConfig {
         CompactionConfig {
             batch_limit: DEFAULT_COMPACTION_BATCH_LIMIT,
             sleep_interval: DEFAULT_COMPACTION_SLEEP_INTERVAL,
+            observer: None,
         }
     }
 }
@@ -79,6 +99,8 @@ impl Default for CompactionConfig {
 /// Receives the compactor's measurements (the server turns them into
 /// etcd's `etcd_debugging_mvcc_db_compaction_*` metrics).
 pub trait CompactionObserver: Send + Sync {
+    /// The in-memory index was compacted (on the apply thread, at commit).
+    fn index_compacted(&self, _pause: Duration) {}
     /// One deletion batch was committed: how long it held the backend's
     /// writer (the batch lock), and how many rows it deleted.
     fn batch(&self, pause: Duration, deleted: u64);
@@ -181,6 +203,7 @@ pub(crate) struct Compactor {
 
 impl Compactor {
     pub(crate) fn new(cfg: CompactionConfig, ctx: CompactorCtx, finished: i64) -> Compactor {
+        let observer = Arc::new(RwLock::new(cfg.observer.clone()));
         Compactor {
             cfg: CompactionConfig {
                 batch_limit: cfg.batch_limit.max(1),
@@ -192,7 +215,7 @@ impl Compactor {
             stop: Arc::new(Stop::default()),
             finished: Arc::new(tokio::sync::watch::Sender::new(finished)),
             pending: Arc::new(AtomicUsize::new(0)),
-            observer: Arc::new(RwLock::new(None)),
+            observer,
         }
     }
 
@@ -241,6 +264,12 @@ impl Compactor {
 
     pub(crate) fn set_observer(&self, o: Arc<dyn CompactionObserver>) {
         *self.observer.write() = Some(o);
+    }
+
+    pub(crate) fn observe_index(&self, pause: Duration) {
+        if let Some(o) = self.observer.read().as_ref() {
+            o.index_compacted(pause);
+        }
     }
 
     /// Stops the thread after its current batch and waits for it. Queued
@@ -297,6 +326,7 @@ impl Worker {
         let end = Revision::new(job.rev + 1, 0).to_bytes().to_vec();
         let mut cursor: Vec<u8> = Vec::new();
         let mut deleted_total = 0u64;
+        let mut last_durable = Instant::now();
         loop {
             if self.stop.is_set() {
                 return Ok(Outcome::Stopped);
@@ -353,7 +383,22 @@ impl Worker {
                     let rbytes = Revision::new(job.rev, 0).to_bytes();
                     meta.insert(FINISHED_COMPACT_KEY, rbytes.as_slice())?;
                 }
-                commit_with(txn, CommitPolicy::Visible)?;
+                // Visible only (the raft thread's periodic durable commits
+                // carry it to disk); durable for the last batch, so a
+                // finished compaction is not redone after a crash, and
+                // every DURABLE_EVERY so a crash redoes little.
+                let durable = done || last_durable.elapsed() >= DURABLE_EVERY;
+                commit_with(
+                    txn,
+                    if durable {
+                        CommitPolicy::Durable
+                    } else {
+                        CommitPolicy::Visible
+                    },
+                )?;
+                if durable {
+                    last_durable = Instant::now();
+                }
                 let snapshot = Arc::new(self.ctx.backend.begin_read()?);
                 {
                     let mut p = self.ctx.published.write();

@@ -25,6 +25,7 @@ pub(crate) fn open(dir: &Path, batch_limit: usize) -> Arc<KvStore> {
             CompactionConfig {
                 batch_limit,
                 sleep_interval: Duration::ZERO,
+                observer: None,
             },
         )
         .unwrap(),
@@ -401,6 +402,7 @@ fn test_drop_mid_compaction_stops_and_reopen_resumes() {
                 batch_limit: 10,
                 // ~ 150 batches: seconds if it were not stopped
                 sleep_interval: Duration::from_millis(50),
+                observer: None,
             },
         )
         .unwrap(),

@@ -319,6 +319,7 @@ mod compactor_tests {
                 crate::CompactionConfig {
                     batch_limit: 20,
                     sleep_interval: Duration::from_millis(1),
+                    observer: None,
                 },
             )
             .unwrap(),

@@ -83,9 +83,17 @@ impl EtcdServer {
             Backend::open(&cfg.backend_path())
                 .map_err(|e| anyhow::anyhow!("cannot open backend: {e}"))?,
         );
+        let metrics = crate::metrics::Metrics::new();
         let kv = Arc::new(
-            KvStore::open(backend.clone())
-                .map_err(|e| anyhow::anyhow!("cannot open mvcc store: {e}"))?,
+            KvStore::open_with(
+                backend.clone(),
+                retcd_mvcc::CompactionConfig {
+                    batch_limit: cfg.experimental_compaction_batch_limit,
+                    sleep_interval: cfg.experimental_compaction_sleep_interval,
+                    observer: Some(Arc::new(crate::metrics::CompactionMetrics::of(&metrics))),
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("cannot open mvcc store: {e}"))?,
         );
         let storage = RaftStorage::new(kv.clone());
 
@@ -294,7 +302,7 @@ impl EtcdServer {
         transport.set_lessor(lessor.clone());
         let shared = Arc::new(Shared {
             wait: Wait::default(),
-            metrics: crate::metrics::Metrics::new(),
+            metrics,
             members: RwLock::new(members.clone()),
             term: AtomicU64::new(0),
             leader: AtomicU64::new(0),

@@ -132,6 +132,7 @@ impl Kv for KvService {
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
         let req = request.into_inner();
+        let (rev, physical) = (req.revision, req.physical);
         match self
             .propose(InternalRaftRequest {
                 compaction: Some(req),
@@ -140,6 +141,14 @@ impl Kv for KvService {
             .await?
         {
             ApplyResult::Compaction(mut r) => {
+                if physical {
+                    // As etcd: answer once the compacted revisions are
+                    // deleted on this member. The raft thread applied the
+                    // compaction already; the background compactor does
+                    // the deletions, we only wait for its notification
+                    // (no deadline: the client's own timeout cancels).
+                    self.server.kv.wait_compacted(rev).await;
+                }
                 self.fill(&mut r.header);
                 Ok(Response::new(r))
             }
