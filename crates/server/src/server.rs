@@ -494,6 +494,17 @@ impl EtcdServer {
     pub fn leader(&self) -> u64 {
         self.shared.leader.load(Ordering::Acquire)
     }
+
+    /// Whether this member is a learner in the applied member list (false
+    /// while it is not in the list at all, as etcd's `IsMemberExist &&
+    /// IsLearner`).
+    pub fn is_learner(&self) -> bool {
+        self.shared
+            .members
+            .read()
+            .iter()
+            .any(|m| m.id == self.member_id && m.is_learner)
+    }
 }
 
 fn conf_state_of(members: &[Member]) -> ConfState {

@@ -48,6 +48,10 @@ impl Kv for KvService {
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
         let req = request.into_inner();
+        // The rest of the learner rule is `super::learner_guard`.
+        if !req.serializable && self.server.is_learner() {
+            return Err(ServerError::NotSupportedForLearner.into());
+        }
         validate::check_range(&req)?;
         if !req.serializable {
             self.server.linearizable_read_notify().await?;
