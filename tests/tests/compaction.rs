@@ -460,9 +460,20 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
         let rev = history(&c, width, txns, 4).await;
         let doomed = (width * (txns - 1)) as u64;
         let mut cl = c.client_all().await.unwrap();
-        let hr = cl.put("marker", "x", None).await.unwrap().header().unwrap().revision();
+        let hr = cl
+            .put("marker", "x", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
         for i in 0..3 {
-            c.client(i).await.unwrap().get("marker", None).await.unwrap();
+            c.client(i)
+                .await
+                .unwrap()
+                .get("marker", None)
+                .await
+                .unwrap();
         }
         let victim = (c.leader(Duration::from_secs(10)).await.unwrap() + 1) % 3;
         let vep = c.endpoints()[victim].clone();
@@ -478,7 +489,9 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
         }
         c.members[victim].kill();
         let killed_at = keys_deleted(c.endpoints()[(victim + 1) % 3].clone()).await;
-        eprintln!("KILL: m{victim} killed part-way (another member had deleted {killed_at} of {doomed})");
+        eprintln!(
+            "KILL: m{victim} killed part-way (another member had deleted {killed_at} of {doomed})"
+        );
         c.restart_member(victim, Duration::from_secs(60))
             .await
             .unwrap();
@@ -510,7 +523,10 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
             sleep(Duration::from_millis(100)).await;
         }
         eprintln!("KILL: resumed deletion observed part-way {resumed_mid} times");
-        assert!(keys_deleted(vep.clone()).await > 0, "nothing deleted after the restart");
+        assert!(
+            keys_deleted(vep.clone()).await > 0,
+            "nothing deleted after the restart"
+        );
         let mut ci = c.client(victim).await.unwrap();
         assert_compacted(&mut ci, rev - 1).await;
         let mine = key_table(&c, victim).await;
@@ -523,4 +539,125 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
         assert_eq!(mine.rows.len(), width + 1);
     })
     .await;
+}
+
+/// Measurement, not a check (run by hand, release build):
+/// `RETCD_BIN=target/release/retcd cargo test -p retcd-tests --test
+/// compaction measure_compaction_stall -- --ignored --nocapture`
+/// (`COMPACTION_MEASURE_TXNS`, default 7100 txns of 128 puts ≈ 909k
+/// revisions). One client puts without pause from before the compaction
+/// until its rows are deleted; prints the compaction request's latency,
+/// the slowest put and the p99 while the deletion ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore]
+async fn measure_compaction_stall() {
+    let flavor = test_flavor();
+    let txns: usize = std::env::var("COMPACTION_MEASURE_TXNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7100);
+    let c = Cluster::start(flavor, 1, FAST).await.unwrap();
+    let ep = c.endpoints()[0].clone();
+    let width = 128;
+    let t = Instant::now();
+    let rev = history(&c, width, txns, 8).await;
+    eprintln!("history: {} revisions in {:?}", width * txns, t.elapsed());
+    let doomed = (width * (txns - 1)) as u64;
+    let base = keys_deleted(ep.clone()).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Instant::now();
+    let writer = {
+        let mut cl = c.client(0).await.unwrap();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let t = Instant::now();
+                cl.put(format!("w/{}", i % 16), "v", None).await.unwrap();
+                lat.push((t - started, t.elapsed()));
+                i += 1;
+            }
+            lat
+        })
+    };
+    sleep(Duration::from_secs(1)).await;
+    let mut cl = c.client(0).await.unwrap();
+    let c0 = started.elapsed();
+    let t = Instant::now();
+    cl.compact(rev, None).await.unwrap();
+    let compact_took = t.elapsed();
+    // until the rows are gone: the metric (retcd per batch, etcd at the
+    // end); a build without it deleted everything before answering
+    let mut quiet = 0;
+    loop {
+        let d = keys_deleted(ep.clone()).await - base;
+        if d >= doomed {
+            break;
+        }
+        if d == 0 {
+            quiet += 1;
+            if quiet > 40 && compact_took > Duration::from_secs(1) {
+                break;
+            }
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    let c1 = started.elapsed();
+    sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    if std::env::var_os("COMPACTION_MEASURE_METRICS").is_some() {
+        let ep = ep.clone();
+        let text = tokio::task::spawn_blocking(move || {
+            let addr = ep.trim_start_matches("http://").to_string();
+            let mut s = TcpStream::connect(&addr).unwrap();
+            write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        })
+        .await
+        .unwrap();
+        for l in text.lines().filter(|l| {
+            l.contains("compaction") || l.contains("backend_commit") || l.contains("wal_fsync")
+        }) {
+            eprintln!("  {l}");
+        }
+    }
+    let lat = writer.await.unwrap();
+    let mut during: Vec<Duration> = lat
+        .iter()
+        .filter(|(at, l)| *at + *l >= c0 && *at <= c1)
+        .map(|(_, l)| *l)
+        .collect();
+    let mut before: Vec<Duration> = lat
+        .iter()
+        .filter(|(at, _)| *at < c0)
+        .map(|(_, l)| *l)
+        .collect();
+    during.sort();
+    before.sort();
+    let p = |v: &[Duration], q: f64| {
+        v.get(((v.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    eprintln!(
+        "MEASURE[{}]: {} revisions compacted; compact request {:?}; deletion window {:?}; puts before: {} (p99 {:?}, max {:?}); during: {} (p50 {:?}, p99 {:?}, max {:?})",
+        flavor.name(),
+        doomed,
+        compact_took,
+        c1 - c0,
+        before.len(),
+        p(&before, 0.99),
+        before.last().copied().unwrap_or_default(),
+        during.len(),
+        p(&during, 0.5),
+        p(&during, 0.99),
+        during.last().copied().unwrap_or_default(),
+    );
 }

@@ -279,12 +279,16 @@ async fn test_learner_rejects_all_but_status_and_serializable_range() {
             .member()
             .expect("added")
             .id();
-        let ic = initial_cluster_for(&mut cl, "m1").await.expect("initial cluster");
+        let ic = initial_cluster_for(&mut cl, "m1")
+            .await
+            .expect("initial cluster");
         let i = c.add_joining_member("m1", cport, pport, &ic, FAST);
         c.members[i].start();
         let ep = c.members[i].endpoint();
         wait_key(&ep, "foo", "bar", READY).await;
-        let mut l = connect(std::slice::from_ref(&ep)).await.expect("learner client");
+        let mut l = connect(std::slice::from_ref(&ep))
+            .await
+            .expect("learner client");
 
         // served
         let r = l
@@ -335,7 +339,17 @@ async fn test_learner_rejects_all_but_status_and_serializable_range() {
         });
         check("member list", err_of(l.member_list().await));
         check("hash kv", err_of(l.hash_kv(0).await));
-        check("alarm list", err_of(l.alarm(etcd_client::AlarmAction::Get, etcd_client::AlarmType::None, None).await));
+        check(
+            "alarm list",
+            err_of(
+                l.alarm(
+                    etcd_client::AlarmAction::Get,
+                    etcd_client::AlarmType::None,
+                    None,
+                )
+                .await,
+            ),
+        );
         let ch = tonic::transport::Endpoint::from_shared(ep.clone())
             .expect("endpoint")
             .connect()
@@ -350,7 +364,9 @@ async fn test_learner_rejects_all_but_status_and_serializable_range() {
         assert_eq!((e.code(), e.message()), NOT, "grpc health check");
 
         // the voter is not affected
-        cl.get("foo", None).await.expect("linearizable get on the voter");
+        cl.get("foo", None)
+            .await
+            .expect("linearizable get on the voter");
 
         // promoted: everything is served
         promote_when_ready(&mut cl, id, READY).await;
@@ -359,12 +375,17 @@ async fn test_learner_rejects_all_but_status_and_serializable_range() {
             match l.put("x", "y", None).await {
                 Ok(_) => break,
                 Err(e) => {
-                    assert!(tokio::time::Instant::now() < deadline, "put after promote: {e}");
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "put after promote: {e}"
+                    );
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
         }
-        l.get("foo", None).await.expect("linearizable get after promote");
+        l.get("foo", None)
+            .await
+            .expect("linearizable get after promote");
         l.member_list().await.expect("member list after promote");
     })
     .await;

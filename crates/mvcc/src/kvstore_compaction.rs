@@ -139,7 +139,10 @@ impl CompactionMark {
         if to.job == self.job + 1 && (self.done || self.job == 0) {
             return Some((None, to.cursor.clone()));
         }
-        Some((None, Revision::new(to_compact_rev + 1, 0).to_bytes().to_vec()))
+        Some((
+            None,
+            Revision::new(to_compact_rev + 1, 0).to_bytes().to_vec(),
+        ))
     }
 }
 

@@ -310,9 +310,8 @@ mod compactor_tests {
     #[test]
     fn test_defrag_while_compactor_runs() {
         let dir = tempfile::tempdir().unwrap();
-        let backend = Arc::new(
-            retcd_storage::backend::Backend::open(&dir.path().join("db")).unwrap(),
-        );
+        let backend =
+            Arc::new(retcd_storage::backend::Backend::open(&dir.path().join("db")).unwrap());
         let s = Arc::new(
             KvStore::open_with(
                 backend,
