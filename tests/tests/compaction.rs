@@ -435,7 +435,8 @@ async fn wait_finished(c: &Cluster, i: usize, rev: i64) -> KeyTable {
     }
 }
 
-/// SIGKILL a member while it deletes: at restart it is compacted at the
+/// SIGTERM a member while it deletes: it stops promptly and cleanly. Then
+/// SIGKILL another while it deletes: at restart it is compacted at the
 /// same revision at once (HashKV equal to the others' while it resumes),
 /// resumes the deletion, and ends with exactly the others' key table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -451,7 +452,7 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
                 "--experimental-compaction-batch-limit",
                 "100",
                 "--experimental-compaction-sleep-interval",
-                "50ms",
+                "100ms",
             ]),
         )
         .await
@@ -478,7 +479,22 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
         let victim = (c.leader(Duration::from_secs(10)).await.unwrap() + 1) % 3;
         let vep = c.endpoints()[victim].clone();
         cl.compact(rev, None).await.unwrap();
-        // kill it part-way
+        // SIGTERM the third member part-way: no hang on the running
+        // compaction, a clean exit, and the deletion resumes at restart
+        let other = (victim + 1) % 3;
+        let oep = c.endpoints()[other].clone();
+        while keys_deleted(oep.clone()).await < 300 {
+            sleep(Duration::from_millis(20)).await;
+        }
+        let st = c.members[other]
+            .stop_within(Duration::from_secs(20))
+            .expect("stopped");
+        assert!(st.success(), "SIGTERM mid-deletion: {st:?}");
+        c.restart_member(other, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(c.members[other].log().contains("resume scheduled compaction"));
+        // kill the victim part-way
         loop {
             let d = keys_deleted(vep.clone()).await;
             assert!(d < doomed, "deletion finished before the kill");
@@ -488,7 +504,7 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
             sleep(Duration::from_millis(20)).await;
         }
         c.members[victim].kill();
-        let killed_at = keys_deleted(c.endpoints()[(victim + 1) % 3].clone()).await;
+        let killed_at = keys_deleted(c.endpoints()[(victim + 2) % 3].clone()).await;
         eprintln!(
             "KILL: m{victim} killed part-way (another member had deleted {killed_at} of {doomed})"
         );
