@@ -493,7 +493,9 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
         c.restart_member(other, Duration::from_secs(60))
             .await
             .unwrap();
-        assert!(c.members[other].log().contains("resume scheduled compaction"));
+        assert!(c.members[other]
+            .log()
+            .contains("resume scheduled compaction"));
         // kill the victim part-way
         loop {
             let d = keys_deleted(vep.clone()).await;

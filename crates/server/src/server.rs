@@ -333,8 +333,11 @@ impl EtcdServer {
                 catchup_entries: cfg.experimental_snapshot_catchup_entries,
                 batch_interval: cfg.backend_batch_interval,
                 batch_limit: cfg.backend_batch_limit,
+                quota_bytes: (cfg.quota_backend_bytes >= 0).then(|| cfg.quota_bytes()),
             },
             snapshot_index,
+            nospace_due: false,
+            nospace_proposed: None,
         };
         std::thread::Builder::new()
             .name("raft".into())
