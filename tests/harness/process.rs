@@ -78,6 +78,13 @@ impl Member {
         &self.args
     }
 
+    /// Adds flags for the next start (e.g. one member with its own
+    /// `--quota-backend-bytes`). Flags must not repeat one already given:
+    /// retcd (clap) refuses a repeated flag.
+    pub fn add_args(&mut self, extra: &[&str]) {
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+    }
+
     /// The PID of the running process, if any.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())

@@ -94,8 +94,8 @@ async fn test_quota_nospace_alarm_and_recovery() {
             )
             .await
             .unwrap();
-            // etcd: every member whose apply found its own backend over
-            // quota raises one too; retcd: the member that refused the put
+            // every member whose apply found its own backend over quota
+            // raises one too (see test_quota_checked_at_apply_on_a_follower)
             assert!(resp
                 .alarms()
                 .iter()
@@ -539,6 +539,84 @@ async fn test_initial_corrupt_check_stops_a_corrupted_member() {
         let live: Vec<usize> = (0..3).filter(|&i| i != bad).collect();
         let mut c = rb.cluster.client_of(&live).await.unwrap();
         c.put("ic/after", "ok", None).await.unwrap();
+    })
+    .await;
+}
+
+/// The quota is checked at apply on every member too (etcd's
+/// `quotaApplierV3`): a follower with a smaller `--quota-backend-bytes`
+/// than the leader's raises NOSPACE for itself when it applies writes the
+/// leader accepted, which then caps every member; the writes it applied
+/// over its quota are on every member all the same (HashKV equal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_quota_checked_at_apply_on_a_follower() {
+    bounded(LIMIT, async {
+        let flavor = test_flavor();
+        let mut c = Cluster::start(flavor, 3, FAST).await.unwrap();
+        let leader = c.leader(Duration::from_secs(20)).await.unwrap();
+        let f = (leader + 1) % 3;
+        let mut cf = c.client(f).await.unwrap();
+        let st = cf.status().await.unwrap();
+        let f_id = st.header().unwrap().member_id();
+        let quota = st.db_size() + 3_000_000;
+        c.members[f].kill();
+        c.members[f].add_args(&["--quota-backend-bytes", &quota.to_string()]);
+        c.restart_member(f, Duration::from_secs(60)).await.unwrap();
+        let leader = c.leader(Duration::from_secs(20)).await.unwrap();
+        assert_ne!(leader, f);
+        let mut cl = c.client(leader).await.unwrap();
+        // The leader's own check passes (2 GiB): the follower's apply stops it.
+        let n = fill_until_nospace(&mut cl).await;
+        eprintln!(
+            "QUOTA[{}]: {n} puts of 100 kB before NOSPACE (follower quota {quota})",
+            flavor.name()
+        );
+        assert!(n > 0);
+        let alarms =
+            retcd_tests::retry_until(Duration::from_secs(10), Duration::from_millis(100), || {
+                let mut cl = cl.clone();
+                async move {
+                    let r = cl.alarm(AlarmAction::Get, AlarmType::None, None).await?;
+                    if r.alarms().is_empty() {
+                        Err(anyhow::anyhow!("no alarm yet"))
+                    } else {
+                        Ok(r)
+                    }
+                }
+            })
+            .await
+            .unwrap();
+        let raised: Vec<(u64, AlarmType)> = alarms
+            .alarms()
+            .iter()
+            .map(|a| (a.member_id(), a.alarm()))
+            .collect();
+        assert_eq!(
+            raised,
+            vec![(f_id, AlarmType::Nospace)],
+            "only the follower is over its quota"
+        );
+        // capped everywhere
+        for i in 0..3 {
+            let mut ci = c.client(i).await.unwrap();
+            let e = ci.put("small", "v", None).await.unwrap_err();
+            assert!(is_no_space(&e), "member {i}: {e:?}");
+        }
+        // the puts applied over the follower's quota are on every member
+        let mut hashes = Vec::new();
+        for i in 0..3 {
+            let mut ci = c.client(i).await.unwrap();
+            let r = ci
+                .get(
+                    "fill/",
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.count(), n as i64, "member {i}");
+            hashes.push(ci.hash_kv(0).await.unwrap().hash());
+        }
+        assert!(hashes.iter().all(|h| *h == hashes[0]), "{hashes:?}");
     })
     .await;
 }

@@ -255,6 +255,142 @@ async fn test_learner_join_promote_update_remove() {
     .await;
 }
 
+/// etcd's learner rule (`isRPCSupportedForLearner` and the stream
+/// interceptor): a learner serves `Status` and serializable `Range` only;
+/// everything else — linearizable reads, writes, txns (even read-only),
+/// watch and lease keep-alive streams, member list, HashKV, alarms, the
+/// gRPC health check — fails with Unavailable "etcdserver: rpc not
+/// supported for learner". Once promoted, it serves everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_learner_rejects_all_but_status_and_serializable_range() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
+        let mut cl = c.client(0).await.expect("client");
+        cl.put("foo", "bar", None).await.expect("put");
+        let lease = cl.lease_grant(60, None).await.expect("lease").id();
+        let (cport, pport) = Cluster::new_ports();
+        let purl = format!("http://127.0.0.1:{pport}");
+        let id = member_add_when_healthy(&mut cl, &purl, true, HEALTHY)
+            .await
+            .expect("member add --learner")
+            .member()
+            .expect("added")
+            .id();
+        let ic = initial_cluster_for(&mut cl, "m1")
+            .await
+            .expect("initial cluster");
+        let i = c.add_joining_member("m1", cport, pport, &ic, FAST);
+        c.members[i].start();
+        let ep = c.members[i].endpoint();
+        wait_key(&ep, "foo", "bar", READY).await;
+        let mut l = connect(std::slice::from_ref(&ep))
+            .await
+            .expect("learner client");
+
+        // served
+        let r = l
+            .get("foo", Some(GetOptions::new().with_serializable()))
+            .await
+            .expect("serializable get on a learner");
+        assert_eq!(r.kvs()[0].value(), b"bar");
+        let st = l.status().await.expect("status on a learner");
+        assert!(st.is_learner());
+
+        // refused
+        const NOT: (tonic::Code, &str) = (
+            tonic::Code::Unavailable,
+            "etcdserver: rpc not supported for learner",
+        );
+        let check = |what: &str, got: (tonic::Code, String)| {
+            assert_eq!((got.0, got.1.as_str()), NOT, "{what}");
+        };
+        check("linearizable get", err_of(l.get("foo", None).await));
+        check("put", err_of(l.put("x", "y", None).await));
+        check("delete", err_of(l.delete("foo", None).await));
+        check(
+            "read-only txn",
+            err_of(
+                l.txn(etcd_client::Txn::new().and_then([etcd_client::TxnOp::get(
+                    "foo",
+                    Some(GetOptions::new().with_serializable()),
+                )]))
+                .await,
+            ),
+        );
+        check("compact", err_of(l.compact(1, None).await));
+        check("lease grant", err_of(l.lease_grant(10, None).await));
+        check("lease keep-alive", {
+            match l.lease_keep_alive(lease).await {
+                Err(e) => grpc_error(&e).expect("a status"),
+                Ok((mut keeper, mut stream)) => {
+                    let _ = keeper.keep_alive().await;
+                    err_of(stream.message().await)
+                }
+            }
+        });
+        check("watch", {
+            match l.watch("foo", None).await {
+                Err(e) => grpc_error(&e).expect("a status"),
+                Ok(mut stream) => err_of(stream.message().await),
+            }
+        });
+        check("member list", err_of(l.member_list().await));
+        check("hash kv", err_of(l.hash_kv(0).await));
+        check(
+            "alarm list",
+            err_of(
+                l.alarm(
+                    etcd_client::AlarmAction::Get,
+                    etcd_client::AlarmType::None,
+                    None,
+                )
+                .await,
+            ),
+        );
+        let ch = tonic::transport::Endpoint::from_shared(ep.clone())
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("channel");
+        let h = HealthClient::new(ch)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await;
+        let e = h.expect_err("grpc health check on a learner");
+        assert_eq!((e.code(), e.message()), NOT, "grpc health check");
+
+        // the voter is not affected
+        cl.get("foo", None)
+            .await
+            .expect("linearizable get on the voter");
+
+        // promoted: everything is served
+        promote_when_ready(&mut cl, id, READY).await;
+        let deadline = tokio::time::Instant::now() + READY;
+        loop {
+            match l.put("x", "y", None).await {
+                Ok(_) => break,
+                Err(e) => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "put after promote: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        l.get("foo", None)
+            .await
+            .expect("linearizable get after promote");
+        l.member_list().await.expect("member list after promote");
+    })
+    .await;
+}
+
 /// `--strict-reconfig-check`: adding a voter that would leave fewer started
 /// voters than a quorum is refused; a down member makes the cluster
 /// "unhealthy" for adds.

@@ -9,15 +9,18 @@
 //!
 //! Table `meta` holds `consistent_index` and `term` (u64, 8 bytes BE) and
 //! `scheduledCompactRev` / `finishedCompactRev` (17-byte revision bytes of
-//! `(rev, 0)`). Both compaction keys are written in the same commit as the
-//! compaction itself, so they are always equal.
+//! `(rev, 0)`). The scheduled one is written by the batch that applies a
+//! compaction, the finished one by the background compactor's last
+//! deletion batch (`kvstore_compaction`); scheduled > finished after a
+//! crash mid-deletion, and the deletion resumes at open.
 //!
 //! # Threads, locks and visibility
 //!
 //! One thread (raft apply) writes through a [`WriteBatch`]; any thread reads.
 //!
-//! * `batch_lock` (Mutex): at most one `WriteBatch` (or `restore_from`) at a
-//!   time. Taken first.
+//! * `batch_lock` (Mutex): at most one `WriteBatch`, `restore_from` or
+//!   compactor deletion batch at a time (each is one redb write
+//!   transaction). Taken first.
 //! * `index` (RwLock<TreeIndex>): the in-memory key index. The batch adds
 //!   its revisions to it as it goes; they are above the published revision,
 //!   so readers, which always ask for revisions `<= published`, do not see
@@ -33,7 +36,14 @@
 //! unlocks, then reads values from its own snapshot; the pair (index view,
 //! snapshot) is therefore always from the same commit. A batch dropped
 //! without commit rebuilds the index from the published snapshot.
+//!
+//! The compactor thread (`mvcc-compactor`) takes `batch_lock`, deletes one
+//! batch of rows at or below the compaction revision (which no index view
+//! points at any more), commits, and swaps `published.snapshot` (nothing
+//! else of `published` changes).
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -46,6 +56,7 @@ use retcd_storage::backend::{
 };
 
 use crate::index::TreeIndex;
+use crate::kvstore_compaction::{CompactionConfig, CompactionMark, Compactor, CompactorCtx, Job};
 use crate::kvstore_txn::WriteBatch;
 use crate::range;
 use crate::revision::Revision;
@@ -65,11 +76,14 @@ pub const FINISHED_COMPACT_KEY: &str = "finishedCompactRev";
 pub(crate) struct Published {
     /// Current store revision (1 for an empty store, as in etcd).
     pub(crate) rev: i64,
-    /// Finished compaction revision, -1 if never compacted (etcd's value).
+    /// Compaction revision (the scheduled one: its rows may still be
+    /// being deleted), -1 if never compacted (etcd's `compactMainRev`).
     pub(crate) compact_rev: i64,
     pub(crate) consistent_index: u64,
     pub(crate) term: u64,
     pub(crate) snapshot: Arc<ReadSnapshot>,
+    /// The compactor's progress as of `snapshot` (for online defrag).
+    pub(crate) compaction_mark: CompactionMark,
 }
 
 /// What [`load`] reads back from the backend.
@@ -77,6 +91,11 @@ pub(crate) struct Loaded {
     pub(crate) index: TreeIndex,
     pub(crate) rev: i64,
     pub(crate) compact_rev: i64,
+    /// Finished compaction revision (-1: none).
+    pub(crate) finished_compact_rev: i64,
+    /// A compaction whose deletion did not finish: its revision and keep
+    /// set (the index is already compacted at it).
+    pub(crate) resume: Option<(i64, HashSet<Revision>)>,
     pub(crate) consistent_index: u64,
     pub(crate) term: u64,
 }
@@ -84,14 +103,17 @@ pub(crate) struct Loaded {
 /// The MVCC store; share it as `Arc<KvStore>`.
 pub struct KvStore {
     pub(crate) backend: Arc<Backend>,
-    pub(crate) batch_lock: Mutex<()>,
+    pub(crate) batch_lock: Arc<Mutex<()>>,
     pub(crate) index: RwLock<TreeIndex>,
-    pub(crate) published: RwLock<Published>,
+    pub(crate) published: Arc<RwLock<Published>>,
     /// Bumped by every `restore_from` (an online defrag started before a
-    /// restore must not swap in the old data).
-    pub(crate) restores: std::sync::atomic::AtomicU64,
+    /// restore must not swap in the old data; queued compactions of the
+    /// old data are dropped).
+    pub(crate) restores: Arc<AtomicU64>,
     /// One online defrag at a time (taken before `batch_lock`).
     pub(crate) defrag_lock: Mutex<()>,
+    /// Deletes compacted revisions in the background.
+    pub(crate) compactor: Compactor,
 }
 
 impl std::fmt::Debug for KvStore {
@@ -120,15 +142,19 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
     let get = |name: &str| -> Result<Option<Vec<u8>>, MvccError> {
         Ok(meta.get(name)?.map(|v| v.value().to_vec()))
     };
-    let compact_rev = match get(FINISHED_COMPACT_KEY)? {
-        Some(b) => {
-            Revision::parse(&b)
-                .ok_or_else(|| MvccError::Backend("invalid finishedCompactRev".into()))?
-                .0
-                .main
-        }
-        None => -1,
+    let compact_key = |name: &str| -> Result<i64, MvccError> {
+        Ok(match get(name)? {
+            Some(b) => {
+                Revision::parse(&b)
+                    .ok_or_else(|| MvccError::Backend(format!("invalid {name}")))?
+                    .0
+                    .main
+            }
+            None => -1,
+        })
     };
+    let finished_compact_rev = compact_key(FINISHED_COMPACT_KEY)?;
+    let scheduled = compact_key(SCHEDULED_COMPACT_KEY)?;
     let consistent_index = get(CONSISTENT_INDEX_KEY)?
         .map(|b| meta_u64(&b))
         .transpose()?
@@ -150,7 +176,9 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
         rev = r.main;
         let ki = index.key_index_entry(&kv.key);
         if tombstone {
-            if ki.tombstone(r.main, r.sub).is_err() {
+            // Expected below an unfinished compaction: the rows before the
+            // tombstone may be deleted already.
+            if ki.tombstone(r.main, r.sub).is_err() && r.main > scheduled {
                 tracing::warn!(key = ?kv.key, rev = %r, "mvcc: tombstone of a key with no live generation");
             }
         } else if ki.generations.is_empty() {
@@ -159,6 +187,17 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
             ki.put(r.main, r.sub);
         }
     }
+    let mut compact_rev = finished_compact_rev;
+    let mut resume = None;
+    if scheduled > finished_compact_rev {
+        // As etcd's restore: the deletion of `scheduled` did not finish.
+        // Rows it already removed were not needed to read at `scheduled`,
+        // so compacting the rebuilt index there gives the same index as a
+        // member that finished.
+        let keep = index.compact(scheduled);
+        compact_rev = scheduled;
+        resume = Some((scheduled, keep));
+    }
     if rev < compact_rev {
         rev = compact_rev;
     }
@@ -166,6 +205,8 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
         index,
         rev,
         compact_rev,
+        finished_compact_rev,
+        resume,
         consistent_index,
         term,
     })
@@ -173,7 +214,14 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
 
 impl KvStore {
     /// Opens the store over `backend`, rebuilding the index from `key`.
+    /// With the default [`CompactionConfig`].
     pub fn open(backend: Arc<Backend>) -> Result<KvStore, MvccError> {
+        Self::open_with(backend, CompactionConfig::default())
+    }
+
+    /// Opens the store over `backend`, rebuilding the index from `key`,
+    /// and resumes an unfinished compaction in the background.
+    pub fn open_with(backend: Arc<Backend>, cfg: CompactionConfig) -> Result<KvStore, MvccError> {
         let snapshot = backend.begin_read()?;
         let l = load(&snapshot)?;
         tracing::info!(
@@ -182,20 +230,48 @@ impl KvStore {
             keys = l.index.len(),
             "mvcc: restored store"
         );
-        Ok(KvStore {
+        let batch_lock = Arc::new(Mutex::new(()));
+        let restores = Arc::new(AtomicU64::new(0));
+        let published = Arc::new(RwLock::new(Published {
+            rev: l.rev,
+            compact_rev: l.compact_rev,
+            consistent_index: l.consistent_index,
+            term: l.term,
+            snapshot: Arc::new(snapshot),
+            compaction_mark: CompactionMark::default(),
+        }));
+        let compactor = Compactor::new(
+            cfg,
+            CompactorCtx {
+                backend: backend.clone(),
+                batch_lock: batch_lock.clone(),
+                published: published.clone(),
+                restores: restores.clone(),
+            },
+            l.finished_compact_rev,
+        );
+        let store = KvStore {
             backend,
-            batch_lock: Mutex::new(()),
-            restores: std::sync::atomic::AtomicU64::new(0),
+            batch_lock,
+            restores,
             defrag_lock: Mutex::new(()),
             index: RwLock::new(l.index),
-            published: RwLock::new(Published {
-                rev: l.rev,
-                compact_rev: l.compact_rev,
-                consistent_index: l.consistent_index,
-                term: l.term,
-                snapshot: Arc::new(snapshot),
-            }),
-        })
+            published,
+            compactor,
+        };
+        if let Some((rev, keep)) = l.resume {
+            tracing::info!(
+                scheduled_compact_revision = rev,
+                finished_compact_revision = l.finished_compact_rev,
+                "mvcc: resume scheduled compaction"
+            );
+            store.compactor.schedule(Job {
+                rev,
+                keep,
+                epoch: 0,
+            });
+        }
+        Ok(store)
     }
 
     /// The backend this store lives in.
@@ -220,9 +296,56 @@ impl KvStore {
         self.published.read().rev
     }
 
-    /// The finished compaction revision, 0 if the store was never compacted.
+    /// The compaction revision, 0 if the store was never compacted. This
+    /// is the last *scheduled* compaction (etcd's `compactMainRev`): reads
+    /// below it fail at once, its rows may still be being deleted.
     pub fn compact_revision(&self) -> i64 {
         self.published.read().compact_rev.max(0)
+    }
+
+    /// The last compaction whose rows are all deleted (-1: none). See
+    /// [`KvStore::wait_compacted`].
+    pub fn finished_compact_revision(&self) -> i64 {
+        *self.compactor.finished().borrow()
+    }
+
+    /// Resolves once every compaction up to `rev` is physically done (all
+    /// its rows deleted): etcd's `physc` for `CompactionRequest.physical`.
+    /// Call it after the compaction was applied. Never resolves if the
+    /// store is dropped first (the caller's request is cancelled instead).
+    pub fn wait_compacted(&self, rev: i64) -> impl std::future::Future<Output = ()> + Send {
+        let mut rx = self.compactor.finished();
+        async move {
+            if rx.wait_for(|f| *f >= rev).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Blocks until every compaction up to `rev` is physically done, or
+    /// `timeout`; true when done (tests and tools).
+    pub fn wait_compacted_blocking(&self, rev: i64, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let rx = self.compactor.finished();
+        loop {
+            if *rx.borrow() >= rev {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Compactions queued or being deleted.
+    pub fn compactions_pending(&self) -> usize {
+        self.compactor.pending()
+    }
+
+    /// Sends the compactor's measurements to `o` (metrics).
+    pub fn set_compaction_observer(&self, o: Arc<dyn crate::CompactionObserver>) {
+        self.compactor.set_observer(o);
     }
 
     /// The last raft index whose effects are committed (from `meta`).
@@ -246,7 +369,9 @@ impl KvStore {
         WriteBatch::begin(self)
     }
 
-    /// Publishes a new committed state (called with the batch lock held).
+    /// Publishes a new committed state (called with the batch lock held),
+    /// compacting the index at each of `compactions` and queueing their
+    /// deletions for the compactor.
     pub(crate) fn publish(
         &self,
         compactions: &[i64],
@@ -254,12 +379,27 @@ impl KvStore {
     ) -> Result<(), MvccError> {
         let snapshot = Arc::new(self.backend.begin_read()?);
         let mut index = self.index.write();
+        let mut jobs = Vec::with_capacity(compactions.len());
+        let started = std::time::Instant::now();
         for &rev in compactions {
-            index.compact(rev);
+            let keep = index.compact(rev);
+            jobs.push(Job {
+                rev,
+                keep,
+                epoch: self.restores.load(Ordering::SeqCst),
+            });
         }
         let mut p = self.published.write();
         update(&mut p);
         p.snapshot = snapshot;
+        drop(p);
+        drop(index);
+        if !jobs.is_empty() {
+            self.compactor.observe_index(started.elapsed());
+        }
+        for job in jobs {
+            self.compactor.schedule(job);
+        }
         Ok(())
     }
 
@@ -336,16 +476,36 @@ impl KvStore {
         let l = load(&snapshot)?;
         let mut index = self.index.write();
         *index = l.index;
-        self.restores
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // Queued or running compactions were of the old data: stale now.
+        let epoch = self.restores.fetch_add(1, Ordering::SeqCst) + 1;
+        let mark = self.published.read().compaction_mark.clone();
         *self.published.write() = Published {
             rev: l.rev,
             compact_rev: l.compact_rev,
             consistent_index: l.consistent_index,
             term: l.term,
             snapshot,
+            compaction_mark: mark,
         };
+        drop(index);
+        self.compactor.set_finished(l.finished_compact_rev);
+        if let Some((rev, keep)) = l.resume {
+            tracing::info!(
+                scheduled_compact_revision = rev,
+                finished_compact_revision = l.finished_compact_rev,
+                "mvcc: resume scheduled compaction of the restored snapshot"
+            );
+            self.compactor.schedule(Job { rev, keep, epoch });
+        }
         Ok(())
+    }
+}
+
+impl Drop for KvStore {
+    fn drop(&mut self) {
+        // The compactor finishes its current batch and stops; what is left
+        // resumes at the next open.
+        self.compactor.shutdown();
     }
 }
 

@@ -7,9 +7,12 @@
 //! compaction removes rows, always at or below the compaction revision.
 //! So the rows that differ between two published states `a` and `b` are
 //! (1) rows with main revision `> a.rev` (copy them from `b`) and
-//! (2) when `b.compact_rev > a.compact_rev`, rows `<= b.compact_rev` that
-//! `b` no longer has (remove them). The other tables are small and copied
-//! whole. A `restore_from` (raft snapshot) meanwhile breaks the premise:
+//! (2) rows the background compactor deleted in between (remove them):
+//! each state carries the compactor's progress mark (job, cursor), so
+//! only the key range it went over is compared. The other tables are
+//! small and copied whole. The compactor's batches take the batch lock,
+//! so none runs during the final round and swap: a batch committed before
+//! it is caught up, one after it runs on the new file. A `restore_from` (raft snapshot) meanwhile breaks the premise:
 //! the defrag is abandoned.
 //!
 //! Example: store at rev 1000 (S0). Copy S0's 1000 revisions while puts
@@ -59,9 +62,14 @@ fn catch_up(target: &DefragTarget, from: &Published, to: &Published) -> Result<u
         let start = Revision::new(from.rev + 1, 0).to_bytes();
         n += target.copy_keys(&to.snapshot, Some(&start))?;
     }
-    if to.compact_rev > from.compact_rev {
-        let upper = Revision::new(to.compact_rev + 1, 0).to_bytes();
-        n += target.remove_compacted(&to.snapshot, &upper)?;
+    // Rows the background compactor deleted between the two states: by
+    // its progress marks, only the range it went over (see
+    // `CompactionMark::deleted_since`).
+    if let Some((lower, upper)) = from
+        .compaction_mark
+        .deleted_since(&to.compaction_mark, to.compact_rev)
+    {
+        n += target.remove_compacted(&to.snapshot, lower.as_deref(), &upper)?;
     }
     n += target.copy_small_tables(&to.snapshot)?;
     Ok(n)
@@ -180,11 +188,7 @@ mod tests {
         for i in 0..3000 {
             put(&s, &format!("k{}", i % 100), &big);
         }
-        {
-            let mut b = s.begin_batch().unwrap();
-            b.compact(2900, true).unwrap();
-            b.commit(true).unwrap();
-        }
+        crate::kvstore_test::compact(&s, 2900).unwrap();
         let before = s.backend().size();
         let stop = Arc::new(AtomicBool::new(false));
         let writer = {
@@ -232,11 +236,7 @@ mod tests {
         let a = s.published.read().clone();
         target.copy_keys(&a.snapshot, None).unwrap();
         target.copy_small_tables(&a.snapshot).unwrap();
-        {
-            let mut b = s.begin_batch().unwrap();
-            b.compact(400, true).unwrap();
-            b.commit(false).unwrap();
-        }
+        crate::kvstore_test::compact(&s, 400).unwrap();
         put(&s, "z", b"z");
         let b = s.published.read().clone();
         catch_up(&target, &a, &b).unwrap();
@@ -244,6 +244,103 @@ mod tests {
             target.key_rows().unwrap(),
             b.snapshot.open_table(KEY).unwrap().len().unwrap()
         );
+    }
+}
+
+#[cfg(test)]
+mod compactor_tests {
+    use std::time::Duration;
+
+    use redb::ReadableTableMetadata;
+
+    use crate::kvstore_compaction_test::{history, open, put, rows, schedule, Gate};
+
+    use super::*;
+
+    fn live_rows(p: &Published) -> u64 {
+        p.snapshot.open_table(KEY).unwrap().len().unwrap()
+    }
+
+    /// Batches of the background compactor between catch-up rounds are
+    /// removed from the copy, by the range the compactor went over.
+    #[test]
+    fn test_defrag_catches_up_background_compaction_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open(dir.path(), 50);
+        history(&s, 60, 20);
+        let rev = s.current_revision() - 1;
+        let mut gate = Gate::install(&s);
+        schedule(&s, rev);
+        gate.next_batch();
+        let target = DefragTarget::create(s.backend()).unwrap();
+        let a = s.published.read().clone();
+        target.copy_keys(&a.snapshot, None).unwrap();
+        target.copy_small_tables(&a.snapshot).unwrap();
+        // two more batches and a write
+        gate.step();
+        gate.next_batch();
+        gate.step();
+        gate.next_batch();
+        put(&s, "new", "x");
+        let b = s.published.read().clone();
+        let (lower, _) = a
+            .compaction_mark
+            .deleted_since(&b.compaction_mark, b.compact_rev)
+            .unwrap();
+        assert!(lower.is_some(), "same job: only the range it went over");
+        catch_up(&target, &a, &b).unwrap();
+        assert_eq!(target.key_rows().unwrap(), live_rows(&b));
+        gate.release();
+        assert!(s.wait_compacted_blocking(rev, Duration::from_secs(60)));
+        let c = s.published.read().clone();
+        catch_up(&target, &b, &c).unwrap();
+        assert_eq!(target.key_rows().unwrap(), live_rows(&c));
+        // a new job after a finished one
+        let rev2 = s.current_revision();
+        schedule(&s, rev2);
+        assert!(s.wait_compacted_blocking(rev2, Duration::from_secs(60)));
+        let d = s.published.read().clone();
+        assert!(live_rows(&d) < live_rows(&c));
+        catch_up(&target, &c, &d).unwrap();
+        assert_eq!(target.key_rows().unwrap(), live_rows(&d));
+    }
+
+    /// A whole online defrag while the compactor deletes: nothing lost,
+    /// nothing left behind, no deadlock.
+    #[test]
+    fn test_defrag_while_compactor_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend =
+            Arc::new(retcd_storage::backend::Backend::open(&dir.path().join("db")).unwrap());
+        let s = Arc::new(
+            KvStore::open_with(
+                backend,
+                crate::CompactionConfig {
+                    batch_limit: 20,
+                    sleep_interval: Duration::from_millis(1),
+                    observer: None,
+                },
+            )
+            .unwrap(),
+        );
+        history(&s, 200, 20);
+        let rev = s.current_revision() - 1;
+        schedule(&s, rev);
+        let stats = s.defrag().unwrap();
+        assert!(s.wait_compacted_blocking(rev, Duration::from_secs(60)));
+        eprintln!("{stats:?}");
+        let ref_dir = tempfile::tempdir().unwrap();
+        let r = open(ref_dir.path(), 1000);
+        history(&r, 200, 20);
+        schedule(&r, rev);
+        assert!(r.wait_compacted_blocking(rev, Duration::from_secs(60)));
+        assert_eq!(rows(&s), rows(&r));
+        let hash = s.hash_kv(0).unwrap();
+        assert_eq!(hash, r.hash_kv(0).unwrap());
+        drop(s);
+        let s = open(dir.path(), 1000);
+        assert_eq!(rows(&s), rows(&r));
+        assert_eq!(s.hash_kv(0).unwrap(), hash);
     }
 }
 
@@ -281,12 +378,7 @@ mod size_tests {
             };
             put(&s, &key, &big);
         }
-        {
-            let rev = s.current_revision();
-            let mut b = s.begin_batch().unwrap();
-            b.compact(rev, true).unwrap();
-            b.commit(true).unwrap();
-        }
+        crate::kvstore_test::compact(&s, s.current_revision()).unwrap();
         let before = s.backend().size();
         let stop = Arc::new(AtomicBool::new(false));
         let writer = {

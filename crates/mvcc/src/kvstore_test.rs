@@ -64,10 +64,16 @@ fn del(s: &KvStore, k: &str, end: &str) -> (i64, i64) {
     (r.deleted, r.header.unwrap().revision)
 }
 
-fn compact(s: &KvStore, rev: i64) -> Result<(), MvccError> {
+/// Compacts at `rev` and waits until its rows are deleted (physical).
+pub(crate) fn compact(s: &KvStore, rev: i64) -> Result<(), MvccError> {
     let mut b = s.begin_batch()?;
     b.compact(rev, true)?;
-    b.commit(false)
+    b.commit(false)?;
+    assert!(
+        s.wait_compacted_blocking(rev, std::time::Duration::from_secs(30)),
+        "compaction at {rev} did not finish"
+    );
+    Ok(())
 }
 
 fn rng(k: &str, end: &str) -> RangeRequest {

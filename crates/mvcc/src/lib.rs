@@ -29,6 +29,10 @@ pub mod watcher_group;
 pub use index::{KeyRange, TreeIndex};
 pub use key_index::{Generation, KeyIndex, RevisionNotFound};
 pub use kvstore::KvStore;
+pub use kvstore_compaction::{
+    CompactionConfig, CompactionObserver, DEFAULT_COMPACTION_BATCH_LIMIT,
+    DEFAULT_COMPACTION_SLEEP_INTERVAL,
+};
 pub use kvstore_defrag::DefragStats;
 pub use kvstore_read_txn::{is_txn_read_only, is_txn_serializable};
 pub use kvstore_snapshot::{dump_len, SnapshotDump};
@@ -109,6 +113,8 @@ from_redb!(
     redb::SetDurabilityError
 );
 
+#[cfg(test)]
+mod kvstore_compaction_test;
 #[cfg(test)]
 mod kvstore_test;
 #[cfg(test)]

@@ -15,10 +15,17 @@ use crate::MvccError;
 /// Events with main revision in `[from, to]`, in revision order, read from
 /// the `key` table of `snapshot`: PUT for a stored value, DELETE (kv with
 /// the key and `mod_revision`) for a tombstone. No `prev_kv`.
+///
+/// Tombstones at or below `compact_rev` are skipped: the compaction
+/// deletes them (a deleted key keeps nothing), in the background, so
+/// whether one is still there depends on timing. A watcher starting at
+/// the compaction revision (allowed, as in etcd) thus never sees a DELETE
+/// at it — what it sees once the deletion finished (on etcd it is racy).
 pub(crate) fn read_events(
     snapshot: &ReadTransaction,
     from: i64,
     to: i64,
+    compact_rev: i64,
 ) -> Result<Vec<(i64, Event)>, MvccError> {
     let table = snapshot.open_table(KEY)?;
     let lo = Revision::new(from.max(1), 0).to_bytes();
@@ -28,6 +35,9 @@ pub(crate) fn read_events(
         let (k, v) = entry?;
         let (rev, tombstone) = Revision::parse(k.value())
             .ok_or_else(|| MvccError::Backend(format!("invalid revision key {:?}", k.value())))?;
+        if tombstone && rev.main <= compact_rev {
+            continue;
+        }
         let mut kv = KeyValue::decode(v.value())
             .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))?;
         let ty = if tombstone {
@@ -57,8 +67,8 @@ impl KvStore {
         to: i64,
         range: &WatchRange,
     ) -> Result<Vec<Event>, MvccError> {
-        let snapshot = self.published.read().snapshot.clone();
-        Ok(read_events(&snapshot, from, to)?
+        let p = self.published.read().clone();
+        Ok(read_events(&p.snapshot, from, to, p.compact_rev)?
             .into_iter()
             .filter(|(_, e)| e.kv.as_ref().is_some_and(|kv| range.contains(&kv.key)))
             .map(|(_, e)| e)

@@ -159,6 +159,14 @@ pub struct Config {
     #[arg(long, env = "ETCD_EXPERIMENTAL_AUTO_COMPACTION_REVISION_INTERVAL", default_value = "5m",
           value_parser = parse_duration, hide = true)]
     pub experimental_auto_compaction_revision_interval: Duration,
+    /// Sets the maximum revisions deleted in each compaction batch.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_COMPACTION_BATCH_LIMIT", default_value_t = retcd_mvcc::DEFAULT_COMPACTION_BATCH_LIMIT)]
+    pub experimental_compaction_batch_limit: usize,
+    /// Sets the sleep interval between each compaction batch (etcd 3.6's
+    /// flag; etcd 3.4/3.5 sleep a fixed 10ms).
+    #[arg(long, env = "ETCD_EXPERIMENTAL_COMPACTION_SLEEP_INTERVAL", default_value = "10ms",
+          value_parser = parse_duration)]
+    pub experimental_compaction_sleep_interval: Duration,
     /// Enable to check data corruption before serving any client/peer
     /// traffic.
     #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", default_value_t = false,

@@ -56,6 +56,8 @@ pub enum ServerError {
     LearnerNotReady,
     #[error("etcdserver: too many learner members in cluster")]
     TooManyLearners,
+    #[error("etcdserver: rpc not supported for learner")]
+    NotSupportedForLearner,
     #[error("etcdserver: unhealthy cluster")]
     Unhealthy,
     #[error("etcdserver: not leader")]

@@ -16,7 +16,7 @@
 //! | `raft_before_save_snapshot`, `raft_after_save_snapshot` | around the snapshot record written every `--snapshot-count` entries |
 //! | `raft_before_apply_snapshot`, `raft_after_apply_snapshot` | around restoring a snapshot received from the leader |
 //! | `raft_before_apply_conf_change`, `raft_after_apply_conf_change` | around applying a conf change entry |
-//! | `mvcc_compact` | inside a compaction, after the index was consulted, before the removals |
+//! | `mvcc_compact` | on the background compactor thread, before each deletion batch (the first right after the compaction was applied, the others between batches) |
 //! | `raft_wal_fsync_error` | `return`: the WAL save reports an fsync error (the node must stop) |
 //! | `raft_skip_wal_save` | `return`: **deliberately broken** — the WAL write is skipped, entries are acknowledged without being durable |
 //! | `watch_drop_event` | `return`: **deliberately broken** — the first event of an applied batch is not sent to watchers |

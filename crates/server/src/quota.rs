@@ -8,6 +8,14 @@
 //! request fails with ResourceExhausted "etcdserver: mvcc: database space
 //! exceeded". Reads, deletes and compactions still work; recover with
 //! compact + defrag + `etcdctl alarm disarm`.
+//!
+//! The same check runs again at apply, on every member (etcd's
+//! `quotaApplierV3`): a Put, Txn or LeaseGrant applied while *this*
+//! member's backend is over its quota is still applied (every member
+//! applies the same entries), but its result is NOSPACE and the member
+//! raises NOSPACE for itself through raft ([`over_at_apply`], used by
+//! the raft thread). So a follower whose backend is fuller (or whose
+//! `--quota-backend-bytes` is smaller) stops the cluster's writes too.
 
 use crate::error::ServerError;
 use crate::server::EtcdServer;
@@ -53,11 +61,33 @@ pub fn quota_bytes(server: &EtcdServer) -> Option<u64> {
 
 /// Whether a request of `cost` bytes fits (etcd's `backendQuota.Available`).
 pub fn available(server: &EtcdServer, cost: u64) -> bool {
-    match quota_bytes(server) {
+    fits(quota_bytes(server), server.backend.size_cached(), cost)
+}
+
+/// `size + cost < quota`; always true without a quota or for a free request.
+pub fn fits(quota: Option<u64>, size: u64, cost: u64) -> bool {
+    match quota {
         None => true,
         Some(_) if cost == 0 => true,
-        Some(q) => server.backend.size_cached() + cost < q,
+        Some(q) => size + cost < q,
     }
+}
+
+/// The apply-time check (etcd's `quotaApplierV3`): whether the request,
+/// about to be applied on a member whose backend file is `size` bytes,
+/// does not fit its quota. Put, Txn (its larger branch's puts) and
+/// LeaseGrant cost something; everything else is free.
+pub fn over_at_apply(quota: Option<u64>, size: u64, req: &InternalRaftRequest) -> bool {
+    let cost = if let Some(p) = &req.put {
+        cost_put(p)
+    } else if let Some(t) = &req.txn {
+        cost_txn(t)
+    } else if req.lease_grant.is_some() {
+        LEASE_OVERHEAD
+    } else {
+        0
+    };
+    !fits(quota, size, cost)
 }
 
 /// The check the KV and Lease services make before proposing: on failure,
@@ -102,5 +132,41 @@ mod tests {
         };
         assert_eq!(cost_txn(&t), 2 * KV_OVERHEAD + 5);
         assert_eq!(cost_txn(&TxnRequest::default()), 0);
+    }
+
+    #[test]
+    fn test_over_at_apply() {
+        let put = InternalRaftRequest {
+            put: Some(PutRequest {
+                key: b"k".to_vec(),
+                value: vec![0; 100],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cost = KV_OVERHEAD + 101;
+        assert!(!over_at_apply(Some(1000 + cost + 1), 1000, &put));
+        assert!(over_at_apply(Some(1000 + cost), 1000, &put));
+        assert!(!over_at_apply(None, u64::MAX / 2, &put));
+        // deletes, compactions, alarms are free: never over
+        let del = InternalRaftRequest {
+            delete_range: Some(Default::default()),
+            ..Default::default()
+        };
+        assert!(!over_at_apply(Some(1), 1000, &del));
+        let grant = InternalRaftRequest {
+            lease_grant: Some(Default::default()),
+            ..Default::default()
+        };
+        assert!(over_at_apply(Some(1000 + LEASE_OVERHEAD), 1000, &grant));
+        // a read-only txn costs nothing
+        assert!(!over_at_apply(
+            Some(1),
+            1000,
+            &InternalRaftRequest {
+                txn: Some(TxnRequest::default()),
+                ..Default::default()
+            }
+        ));
     }
 }

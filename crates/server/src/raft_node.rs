@@ -26,6 +26,7 @@ use prost::Message as _;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, SnapshotStatus, StateRole};
+use retcd_api::etcdserverpb::{alarm_request::AlarmAction, AlarmRequest, AlarmType};
 use retcd_api::mvccpb::Event;
 use retcd_api::retcdpb::InternalRaftRequest;
 use retcd_mvcc::KvStore;
@@ -73,6 +74,9 @@ pub struct RaftNodeConfig {
     pub catchup_entries: u64,
     pub batch_interval: Duration,
     pub batch_limit: u64,
+    /// `--quota-backend-bytes` in bytes, None when disabled; checked at
+    /// apply as well (see `quota`).
+    pub quota_bytes: Option<u64>,
 }
 
 pub struct RaftNode {
@@ -88,6 +92,10 @@ pub struct RaftNode {
     pub snapshot_index: u64,
     /// Membership: deferred conf changes, removal (see `membership`).
     pub conf: crate::membership::ConfChangeState,
+    /// An entry applied over this member's quota: NOSPACE is to be raised
+    /// for this member (proposed after the Ready), and when it last was.
+    pub nospace_due: bool,
+    pub nospace_proposed: Option<Instant>,
 }
 
 /// A removed member exits this long after it learnt of its removal (etcd
@@ -174,6 +182,7 @@ impl RaftNode {
                 );
             }
             self.retry_reads(&mut reads);
+            self.maybe_raise_nospace();
             if self.raw.has_ready() {
                 let applied = self.on_ready(&mut reads);
                 undurable_ops += applied;
@@ -452,6 +461,42 @@ impl RaftNode {
         }
     }
 
+    /// Proposes NOSPACE for this member after an entry was applied over its
+    /// quota (etcd's apply loop does the same), unless a NOSPACE alarm is
+    /// raised already; again at most once a second until it is.
+    fn maybe_raise_nospace(&mut self) {
+        if !self.nospace_due {
+            return;
+        }
+        if self.shared.alarms.has(AlarmType::Nospace) {
+            self.nospace_due = false;
+            self.nospace_proposed = None;
+            return;
+        }
+        if self
+            .nospace_proposed
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        let id = self.raw.raft.id;
+        tracing::warn!(
+            member = %format!("{id:x}"),
+            "message exceeded backend quota; raising alarm"
+        );
+        let req = InternalRaftRequest {
+            alarm: Some(AlarmRequest {
+                action: AlarmAction::Activate as i32,
+                member_id: id,
+                alarm: AlarmType::Nospace as i32,
+            }),
+            ..Default::default()
+        };
+        // (dropped while there is no leader: tried again a second later)
+        let _ = self.raw.propose(vec![], req.encode_to_vec());
+        self.nospace_proposed = Some(Instant::now());
+    }
+
     fn answer_reads(&mut self, reads: &mut Reads) {
         if reads.waiting.is_empty() {
             return;
@@ -480,6 +525,11 @@ impl RaftNode {
             Ok(b) => b,
             Err(e) => fatal(&format!("failed to begin a backend batch: {e}")),
         };
+        // The file does not grow before this batch commits.
+        let size = match self.cfg.quota_bytes {
+            Some(_) => self.kv.backend().size_cached(),
+            None => 0,
+        };
         let mut results: Vec<(u64, ApplyResult)> = Vec::new();
         let mut last = (0, 0);
         let mut n = 0;
@@ -498,7 +548,9 @@ impl RaftNode {
                         match InternalRaftRequest::decode(&e.data[..]) {
                             Ok(mut req) => {
                                 let id = req.id;
-                                let res = match req.member_attributes.take() {
+                                let over =
+                                    crate::quota::over_at_apply(self.cfg.quota_bytes, size, &req);
+                                let mut res = match req.member_attributes.take() {
                                     Some(a) => crate::membership::apply_attributes(
                                         &self.shared,
                                         &mut batch,
@@ -507,6 +559,13 @@ impl RaftNode {
                                     .unwrap_or_else(|e| ApplyResult::Err(e.into())),
                                     None => apply_with_alarms(&mut batch, &self.shared, req),
                                 };
+                                // etcd's quotaApplierV3: applied all the
+                                // same (members stay identical), answered
+                                // NOSPACE, and the alarm is raised.
+                                if over && !matches!(res, ApplyResult::Err(_)) {
+                                    res = ApplyResult::Err(ServerError::NoSpace);
+                                    self.nospace_due = true;
+                                }
                                 results.push((id, res));
                             }
                             Err(err) => {

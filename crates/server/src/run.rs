@@ -56,6 +56,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         routes = routes.add_service(health_service.clone());
         let axum_router = routes
             .into_axum_router()
+            .layer(axum::middleware::from_fn_with_state(
+                server.clone(),
+                crate::grpc::learner_guard,
+            ))
             .merge(crate::http::router(server.clone()));
         let mut rx = stop_rx.clone();
         let mut published = server.published.subscribe();

@@ -83,9 +83,17 @@ impl EtcdServer {
             Backend::open(&cfg.backend_path())
                 .map_err(|e| anyhow::anyhow!("cannot open backend: {e}"))?,
         );
+        let metrics = crate::metrics::Metrics::new();
         let kv = Arc::new(
-            KvStore::open(backend.clone())
-                .map_err(|e| anyhow::anyhow!("cannot open mvcc store: {e}"))?,
+            KvStore::open_with(
+                backend.clone(),
+                retcd_mvcc::CompactionConfig {
+                    batch_limit: cfg.experimental_compaction_batch_limit,
+                    sleep_interval: cfg.experimental_compaction_sleep_interval,
+                    observer: Some(Arc::new(crate::metrics::CompactionMetrics::of(&metrics))),
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("cannot open mvcc store: {e}"))?,
         );
         let storage = RaftStorage::new(kv.clone());
 
@@ -294,7 +302,7 @@ impl EtcdServer {
         transport.set_lessor(lessor.clone());
         let shared = Arc::new(Shared {
             wait: Wait::default(),
-            metrics: crate::metrics::Metrics::new(),
+            metrics,
             members: RwLock::new(members.clone()),
             term: AtomicU64::new(0),
             leader: AtomicU64::new(0),
@@ -325,8 +333,11 @@ impl EtcdServer {
                 catchup_entries: cfg.experimental_snapshot_catchup_entries,
                 batch_interval: cfg.backend_batch_interval,
                 batch_limit: cfg.backend_batch_limit,
+                quota_bytes: (cfg.quota_backend_bytes >= 0).then(|| cfg.quota_bytes()),
             },
             snapshot_index,
+            nospace_due: false,
+            nospace_proposed: None,
         };
         std::thread::Builder::new()
             .name("raft".into())
@@ -485,6 +496,17 @@ impl EtcdServer {
 
     pub fn leader(&self) -> u64 {
         self.shared.leader.load(Ordering::Acquire)
+    }
+
+    /// Whether this member is a learner in the applied member list (false
+    /// while it is not in the list at all, as etcd's `IsMemberExist &&
+    /// IsLearner`).
+    pub fn is_learner(&self) -> bool {
+        self.shared
+            .members
+            .read()
+            .iter()
+            .any(|m| m.id == self.member_id && m.is_learner)
     }
 }
 

@@ -43,7 +43,7 @@ pub fn to_status(err: ServerError) -> Status {
         | E::BadLeaderTransferee => Code::FailedPrecondition,
         E::MemberBadUrls => Code::InvalidArgument,
         E::MemberNotFound => Code::NotFound,
-        E::Unhealthy => Code::Unavailable,
+        E::Unhealthy | E::NotSupportedForLearner => Code::Unavailable,
         // etcd maps "not enough started members" to its client-side error
         // type, not a status, so it reaches clients as Unknown; a leader
         // transfer timeout has no mapping at all.

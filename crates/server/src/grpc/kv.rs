@@ -48,6 +48,10 @@ impl Kv for KvService {
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
         let req = request.into_inner();
+        // The rest of the learner rule is `super::learner_guard`.
+        if !req.serializable && self.server.is_learner() {
+            return Err(ServerError::NotSupportedForLearner.into());
+        }
         validate::check_range(&req)?;
         if !req.serializable {
             self.server.linearizable_read_notify().await?;
@@ -132,6 +136,7 @@ impl Kv for KvService {
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
         let req = request.into_inner();
+        let (rev, physical) = (req.revision, req.physical);
         match self
             .propose(InternalRaftRequest {
                 compaction: Some(req),
@@ -140,6 +145,14 @@ impl Kv for KvService {
             .await?
         {
             ApplyResult::Compaction(mut r) => {
+                if physical {
+                    // As etcd: answer once the compacted revisions are
+                    // deleted on this member. The raft thread applied the
+                    // compaction already; the background compactor does
+                    // the deletions, we only wait for its notification
+                    // (no deadline: the client's own timeout cancels).
+                    self.server.kv.wait_compacted(rev).await;
+                }
                 self.fill(&mut r.header);
                 Ok(Response::new(r))
             }

@@ -27,6 +27,40 @@ use retcd_api::v3lockpb::lock_server::LockServer;
 use std::sync::Arc;
 use tonic::service::Routes;
 
+/// gRPC services of the client port (etcd registers them all, health
+/// included, on the one gRPC server its interceptors guard).
+const GRPC_PACKAGES: &[&str] = &[
+    "/etcdserverpb.",
+    "/v3lockpb.",
+    "/v3electionpb.",
+    "/grpc.health.v1.",
+];
+
+/// etcd's learner rule (`v3rpc/interceptor.go`, `isRPCSupportedForLearner`):
+/// a learner answers only `Maintenance/Status` and serializable
+/// `KV/Range`; every other client RPC, unary or stream, fails with
+/// Unavailable "etcdserver: rpc not supported for learner" before its
+/// handler runs. Range passes here and its handler checks `serializable`
+/// (the flag is inside the message). HTTP endpoints (`/health`,
+/// `/metrics`, ...) are not gRPC and are not affected.
+pub async fn learner_guard(
+    axum::extract::State(server): axum::extract::State<Arc<EtcdServer>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = req.uri().path();
+    let grpc = GRPC_PACKAGES.iter().any(|p| path.starts_with(p));
+    let allowed = matches!(
+        path,
+        "/etcdserverpb.Maintenance/Status" | "/etcdserverpb.KV/Range"
+    );
+    if grpc && !allowed && server.is_learner() {
+        let status: tonic::Status = crate::error::ServerError::NotSupportedForLearner.into();
+        return status.into_http::<axum::body::Body>();
+    }
+    next.run(req).await
+}
+
 /// Services whose methods arrive in later issues: every method answers
 /// UNIMPLEMENTED ("retcd: this method is not implemented yet").
 pub struct NotYet;

@@ -142,11 +142,13 @@ impl DefragTarget {
         }
     }
 
-    /// Removes the target's `key` rows below `upper` that `src` no longer
-    /// has (a compaction ran meanwhile). Returns the number removed.
+    /// Removes the target's `key` rows in `[lower, upper)` (from the start
+    /// when `lower` is None) that `src` no longer has (a compaction deleted
+    /// them meanwhile). Returns the number removed.
     pub fn remove_compacted(
         &self,
         src: &ReadTransaction,
+        lower: Option<&[u8]>,
         upper: &[u8],
     ) -> Result<u64, BackendError> {
         let live = src.open_table(KEY)?;
@@ -155,7 +157,12 @@ impl DefragTarget {
         {
             let mut dst = txn.open_table(KEY)?;
             let mut doomed: Vec<Vec<u8>> = Vec::new();
-            for entry in dst.range(..upper)? {
+            let range = match lower {
+                Some(l) if l >= upper => None,
+                Some(l) => Some(dst.range(l..upper)?),
+                None => Some(dst.range(..upper)?),
+            };
+            for entry in range.into_iter().flatten() {
                 let (k, _) = entry?;
                 if live.get(k.value())?.is_none() {
                     doomed.push(k.value().to_vec());
