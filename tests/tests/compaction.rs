@@ -308,6 +308,18 @@ async fn test_hash_kv_equal_on_every_member_during_and_after_deletion() {
         }
         let h0 = hash_at(&c, 0, hr).await.0;
         cl.compact(rev, None).await.unwrap();
+        // The compaction is applied on the member that answered; wait until
+        // every member has applied it before comparing them.
+        for i in 0..3 {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while hash_at(&c, i, hr).await.1 < rev {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "member {i} did not apply the compaction at {rev}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
 
         let mut samples = 0;
         let mut mid = 0;

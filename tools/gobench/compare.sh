@@ -21,6 +21,10 @@ ETCDCTL="${ETCDCTL:-/usr/bin/etcdctl}"
 KEY="${RANGE_KEY:-benchkey}"
 SERVER_PID="${SERVER_PID:-}"
 WORKLOADS="${WORKLOADS:-put range-s range-l}"
+if [[ -n $SERVER_PID ]]; then
+  comm=$(cat "/proc/$SERVER_PID/comm")
+  case $comm in bash|sh|nohup|dash) echo "SERVER_PID $SERVER_PID is a '$comm', not the server: give the server's own PID" >&2; exit 2 ;; esac
+fi
 mkdir -p "$OUT"
 tsv="$OUT/results.tsv"
 [[ -f $tsv ]] || printf 'workload\tround\ttool\tops_s\tp99_ms\tclient_cpu_ms_per_1k\tserver_cpu_ms_per_1k\terrors\n' > "$tsv"
