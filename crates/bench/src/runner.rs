@@ -38,12 +38,30 @@ pub fn normalize_endpoint(e: &str) -> String {
 }
 
 async fn connect_one(ep: &str, dial_timeout: Duration) -> Result<Client> {
-    // No HTTP/2 keep-alive (etcd's benchmark sets none): on an overloaded
-    // machine a late PING ack would otherwise fail every in-flight request.
-    let opts = ConnectOptions::new().with_connect_timeout(dial_timeout);
-    Client::connect([ep], Some(opts))
+    // One plain HTTP/2 connection per client, as etcd's benchmark dials one
+    // grpc.ClientConn per client: not etcd-client's balanced channel (a
+    // load balancer with endpoint discovery over a single endpoint, extra
+    // work per request). No HTTP/2 keep-alive (etcd's benchmark sets
+    // none): on an overloaded machine a late PING ack would otherwise fail
+    // every in-flight request.
+    let url = if ep.contains("://") {
+        ep.to_string()
+    } else {
+        format!("http://{ep}")
+    };
+    let channel = tonic::transport::Endpoint::from_shared(url)
+        .with_context(|| format!("endpoint {ep}"))?
+        .connect_timeout(dial_timeout)
+        .tcp_nodelay(true)
+        .connect()
         .await
-        .with_context(|| format!("connect to {ep}"))
+        .with_context(|| format!("connect to {ep}"))?;
+    Client::from_channel(
+        etcd_client::Channel::Tonic(channel),
+        Some(ConnectOptions::new()),
+    )
+    .await
+    .with_context(|| format!("connect to {ep}"))
 }
 
 /// The endpoint of the current leader (asks each endpoint's `Status`).
