@@ -257,13 +257,22 @@ fn repaired(v: &[u8]) -> Option<Vec<u8>> {
 /// None when nothing changed or the block is not understood.
 ///
 /// Every request carries a HEADERS frame, so the common case (nothing to
-/// repair) is a scan that decodes only `:authority` values and allocates
-/// nothing; the block is rebuilt only when a repair is needed.
+/// repair) is a first walk that decodes only `:authority` values and
+/// allocates nothing; the block is rebuilt only when a repair is needed.
 fn rewrite_block(b: &[u8]) -> Option<Vec<u8>> {
-    if !needs_repair(b)? {
+    if !walk_block(b, None)? {
         return None;
     }
     let mut out = Vec::with_capacity(b.len());
+    walk_block(b, Some(&mut out))?;
+    Some(out)
+}
+
+/// Walks the fields of a header block. Returns whether a literal
+/// `:authority` with a scheme is present (without `out`, it stops at the
+/// first one); with `out`, writes the block there with each such value
+/// repaired. None when the block is not understood.
+fn walk_block(b: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<bool> {
     let mut i = 0;
     let mut changed = false;
     while i < b.len() {
@@ -283,50 +292,24 @@ fn rewrite_block(b: &[u8]) -> Option<Vec<u8>> {
                 name_index == 1
             };
             let name_end = i;
-            let value = read_string(b, &mut i)?;
-            if name_is_authority {
-                if let Some(fixed) = repaired(&value) {
-                    out.extend_from_slice(&b[field_start..name_end]);
-                    write_int(&mut out, 0x00, 7, fixed.len());
-                    out.extend_from_slice(&fixed);
-                    changed = true;
-                    continue;
-                }
-            }
-        }
-        out.extend_from_slice(&b[field_start..i]);
-    }
-    changed.then_some(out)
-}
-
-/// Whether a header block has a literal `:authority` with a scheme; None
-/// when the block is not understood.
-fn needs_repair(b: &[u8]) -> Option<bool> {
-    let mut i = 0;
-    while i < b.len() {
-        let first = b[i];
-        if first & 0x80 != 0 {
-            read_int(b, &mut i, 7)?;
-        } else if first & 0xe0 == 0x20 {
-            read_int(b, &mut i, 5)?;
-        } else {
-            let n = if first & 0x40 != 0 { 6 } else { 4 };
-            let name_index = read_int(b, &mut i, n)?;
-            let name_is_authority = if name_index == 0 {
-                read_string(b, &mut i)? == b":authority"
-            } else {
-                name_index == 1
-            };
-            if name_is_authority {
-                if repaired(&read_string(b, &mut i)?).is_some() {
-                    return Some(true);
-                }
-            } else {
+            if !name_is_authority {
                 skip_string(b, &mut i)?;
+            } else if let Some(fixed) = repaired(&read_string(b, &mut i)?) {
+                changed = true;
+                let Some(out) = out.as_deref_mut() else {
+                    return Some(true);
+                };
+                out.extend_from_slice(&b[field_start..name_end]);
+                write_int(out, 0x00, 7, fixed.len());
+                out.extend_from_slice(&fixed);
+                continue;
             }
         }
+        if let Some(out) = out.as_deref_mut() {
+            out.extend_from_slice(&b[field_start..i]);
+        }
     }
-    Some(false)
+    Some(changed)
 }
 
 impl AsyncRead for AuthorityFix {
