@@ -622,6 +622,49 @@ fn model_apply(log: &mut Vec<WalEntry>, e: &WalEntry) {
     log.push(e.clone());
 }
 
+/// Saves every batch; returns the end of the written part after each save
+/// and each save's entries.
+fn save_batches(w: &mut Wal, batches: &[Batch]) -> (Vec<u64>, Vec<Vec<WalEntry>>) {
+    let mut ends = Vec::new();
+    let mut all = Vec::new();
+    let mut last = 0u64;
+    for (n, b) in batches.iter().enumerate() {
+        let es = batch_entries(b, n, last);
+        if let Some(e) = es.last() {
+            last = e.index;
+        }
+        w.save(b.hard_state.as_deref(), &es).unwrap();
+        ends.push(w.offset);
+        all.push(es);
+    }
+    (ends, all)
+}
+
+/// The log replayed after damage at `t`: every save that ended at or before
+/// `t`, plus possibly a prefix of the one torn. Returns (the synced model,
+/// whether `replayed` is one of the allowed outcomes).
+fn synced_prefix_ok(
+    replayed: &[WalEntry],
+    ends: &[u64],
+    all: &[Vec<WalEntry>],
+    t: u64,
+) -> (Vec<WalEntry>, bool) {
+    let m = ends.iter().take_while(|&&l| l <= t).count();
+    let mut model = Vec::new();
+    for es in all.iter().take(m) {
+        for e in es {
+            model_apply(&mut model, e);
+        }
+    }
+    let mut candidate = model.clone();
+    let mut ok = candidate == replayed;
+    for e in all.get(m).into_iter().flatten() {
+        model_apply(&mut candidate, e);
+        ok |= candidate == replayed;
+    }
+    (model, ok)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -634,16 +677,7 @@ proptest! {
         let mut w = Wal::create(dir.path(), b"meta").unwrap();
         let p = last_segment(dir.path());
         let header_end = file_len(&p);
-        let mut lens = Vec::new();
-        let mut all = Vec::new();
-        let mut last = 0u64;
-        for (n, b) in batches.iter().enumerate() {
-            let es = batch_entries(b, n, last);
-            if let Some(e) = es.last() { last = e.index; }
-            w.save(b.hard_state.as_deref(), &es).unwrap();
-            lens.push(file_len(&p));
-            all.push(es);
-        }
+        let (lens, all) = save_batches(&mut w, &batches);
         drop(w);
         let total = file_len(&p);
         let t = ((total as f64) * cut) as u64;
@@ -654,25 +688,14 @@ proptest! {
             return Ok(());
         }
         let (mut w, c) = res.unwrap();
-        // Saves whose sync completed before the cut are all there.
+        // Saves whose sync completed before the cut are all there, plus
+        // possibly a prefix of the save that was torn.
         let m = lens.iter().take_while(|&&l| l <= t).count();
-        let mut model = Vec::new();
-        let mut hs = None;
-        for (n, es) in all.iter().take(m).enumerate() {
-            for e in es { model_apply(&mut model, e); }
-            if batches[n].hard_state.is_some() { hs = batches[n].hard_state.clone(); }
-        }
+        let hs = batches[..m].iter().rev().find_map(|b| b.hard_state.clone());
         prop_assert_eq!(&c.metadata, b"meta");
         prop_assert_eq!(&c.hard_state, &hs);
-        // Plus possibly a prefix of the save that was torn.
-        let partial = all.get(m).cloned().unwrap_or_default();
-        let mut candidate = model.clone();
-        let mut ok = candidate == c.entries;
-        for e in &partial {
-            model_apply(&mut candidate, e);
-            ok |= candidate == c.entries;
-        }
-        prop_assert!(ok, "replayed {:?}\nmodel {:?}\npartial {:?}", c.entries, model, partial);
+        let (model, ok) = synced_prefix_ok(&c.entries, &lens, &all, t);
+        prop_assert!(ok, "replayed {:?}\nmodel {:?}", c.entries, model);
 
         // The repaired log accepts more and replays them.
         let next = c.entries.last().map_or(1, |e| e.index + 1);
@@ -694,16 +717,7 @@ proptest! {
             let dir = tempfile::tempdir().unwrap();
             let mut w = Wal::create(dir.path(), b"meta").unwrap();
             let header_end = w.offset;
-            let mut ends = Vec::new();
-            let mut all = Vec::new();
-            let mut last = 0u64;
-            for (n, b) in batches.iter().enumerate() {
-                let es = batch_entries(b, n, last);
-                if let Some(e) = es.last() { last = e.index; }
-                w.save(b.hard_state.as_deref(), &es).unwrap();
-                ends.push(w.offset);
-                all.push(es);
-            }
+            let (ends, all) = save_batches(&mut w, &batches);
             let total = w.offset;
             drop(w);
             let p = last_segment(dir.path());
@@ -712,18 +726,7 @@ proptest! {
             for x in &mut b[t as usize..total as usize] { *x = 0; }
             fs::write(&p, &b).unwrap();
             let (mut w, c) = Wal::open(dir.path()).unwrap();
-            let m = ends.iter().take_while(|&&l| l <= t).count();
-            let mut model = Vec::new();
-            for es in all.iter().take(m) {
-                for e in es { model_apply(&mut model, e); }
-            }
-            let partial = all.get(m).cloned().unwrap_or_default();
-            let mut candidate = model.clone();
-            let mut ok = candidate == c.entries;
-            for e in &partial {
-                model_apply(&mut candidate, e);
-                ok |= candidate == c.entries;
-            }
+            let (model, ok) = synced_prefix_ok(&c.entries, &ends, &all, t);
             prop_assert!(ok, "replayed {:?}\nmodel {:?}", c.entries, model);
             let next = c.entries.last().map_or(1, |e| e.index + 1);
             w.save(Some(b"after"), &ents(next..=next, 99)).unwrap();
