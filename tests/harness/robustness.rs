@@ -21,8 +21,8 @@ use etcd_client::GetOptions;
 use rand::rngs::StdRng;
 use retcd_robustness::history::{History, Operation, Request};
 use retcd_robustness::lease::{self, LeaseConfig, LeaseKeeper};
-use retcd_robustness::linearizability::{self, Verdict};
-use retcd_robustness::model::KvState;
+use retcd_robustness::checks::{self, RunRecord};
+use retcd_robustness::linearizability;
 use retcd_robustness::proxy::Proxy;
 use retcd_robustness::seed;
 use retcd_robustness::traffic::{self, Clock, TrafficConfig, TrafficStats, WatcherConfig};
@@ -426,6 +426,7 @@ impl Run {
                 prefix: opts.traffic.prefix.clone(),
                 start_rev: init_rev + 1,
                 progress_every: Duration::from_millis(700),
+                clock,
             };
             watchers.push(tokio::spawn(traffic::run_watcher(
                 cfg,
@@ -654,52 +655,49 @@ impl Run {
             );
             rep.violations.extend(lv);
         }
-        // The checks: watch first (its ground truth resolves unknown writes).
-        let mut wr = watch::check(&records, &history, self.init_rev, final_rev);
-        if self.rc.cluster.flavor == Flavor::Etcd {
-            // etcd 3.4.23 sends progress notifications ahead of pending events
-            // (etcd-io/etcd#15220, fixed in 3.4.25 / 3.5.8): known, reported, not failed.
-            let known = |v: &String| {
-                v.contains("not bookmarkable") || v.contains("progress notification at")
-            };
-            for v in wr.violations.iter().filter(|v| known(v)) {
-                eprintln!("robustness: known etcd 3.4.23 issue (etcd-io/etcd#15220): {v}");
-            }
-            wr.violations.retain(|v| !known(v));
-        }
-        let truth_complete = wr.violations.is_empty();
-        rep.violations.extend(wr.violations);
-        let unknown_before = history.ops.iter().filter(|o| o.resp.is_none()).count();
-        // With an incomplete truth the run already fails; resolving anyway
-        // keeps the search tractable (its verdict is then secondary).
-        if !truth_complete {
-            rep.violations.push(
-                "(the linearizability verdict below used an incomplete watch history)".into(),
-            );
-        }
-        watch::resolve_unknown_writes(&mut history, &wr.events_by_rev);
-        let unknown_after = history.ops.iter().filter(|o| o.resp.is_none()).count();
-        rep.ops = history.ops.len();
-        let init = KvState::new(self.init_rev);
-        let started = Instant::now();
-        let ops = history.ops.clone();
-        let verdict = tokio::task::spawn_blocking(move || {
-            linearizability::check(&ops, &init, linearizability::DEFAULT_BUDGET)
+        // The checks: watch, patching unknown outcomes with the watch
+        // history, linearizability (`retcd_robustness::checks`).
+        let record = RunRecord {
+            name: self.name.clone(),
+            seed: self.seed,
+            etcd: self.rc.cluster.flavor == Flavor::Etcd,
+            init_rev: self.init_rev,
+            final_rev,
+            history,
+            watches: records,
+        };
+        let record = tokio::task::spawn_blocking(move || {
+            let out = checks::check_run(&record);
+            (record, out)
         })
         .await
         .expect("checker");
-        let lin_time = started.elapsed();
-        eprintln!(
-            "robustness: {}: {unknown_before} unknown outcomes, {unknown_after} left after resolving with the watch history",
-            rep.name
-        );
-        match verdict {
-            Verdict::Ok => {}
-            Verdict::Violation(v) => rep.violations.push(v.to_string()),
-            Verdict::GaveUp { steps } => rep.violations.push(format!(
-                "linearizability checker gave up after {steps} steps (history too concurrent; inconclusive)"
-            )),
+        let (record, out) = record;
+        for k in &out.known {
+            eprintln!("robustness: known etcd 3.4.23 issue (etcd-io/etcd#15220): {k}");
         }
+        eprintln!(
+            "robustness: {}: {} unknown outcomes, {} left after patching with the watch history; linearizability: {} ops, {:?}",
+            rep.name, out.unknown_before, out.unknown_after, out.ops, out.lin_stats
+        );
+        rep.violations.extend(out.violations);
+        rep.ops = out.ops;
+        let lin_time = out.lin_time;
+        let dump_dir = std::env::var_os("RETCD_ROBUSTNESS_DUMP").map(PathBuf::from);
+        if dump_dir.is_some() || !rep.violations.is_empty() {
+            let dir = dump_dir.unwrap_or_else(|| workspace_root().join("target/robustness-records"));
+            let path = dir.join(format!("{}-{}.json", rep.name, rep.seed));
+            match record.save(&path) {
+                Ok(()) => eprintln!(
+                    "robustness: {}: run record saved to {} (check again with `cargo run -p retcd-robustness --example check_dump -- {}`)",
+                    rep.name,
+                    path.display(),
+                    path.display()
+                ),
+                Err(e) => eprintln!("robustness: cannot save the run record: {e}"),
+            }
+        }
+        let (history, records) = (record.history, record.watches);
         let events: usize = records.iter().map(|r| r.events().count()).sum();
         let restarts: usize = records
             .iter()

@@ -15,10 +15,12 @@
 //!   and the check that its key never expires early nor late;
 //! * [`seed`]: the run's seed (printed; `RETCD_ROBUSTNESS_SEED` replays it).
 
+pub mod checks;
 pub mod history;
 pub mod lease;
 pub mod linearizability;
 pub mod model;
+pub mod patch;
 pub mod proxy;
 pub mod seed;
 pub mod traffic;

@@ -9,15 +9,17 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::history::{History, Kv, Request, Response};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EventKind {
     Put,
     Delete,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchEvent {
     pub kind: EventKind,
     /// For a delete: key and `mod_revision` (the deletion revision) only.
@@ -26,12 +28,14 @@ pub struct WatchEvent {
 }
 
 /// One thing a watcher's stream delivered (or that happened to it).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum WatchItem {
-    /// A response with events.
+    /// A response with events, received at `time` (ns on the run's clock).
     Events {
         header_rev: i64,
         events: Vec<WatchEvent>,
+        #[serde(default)]
+        time: u64,
     },
     /// A progress notification (response with no events, not created/canceled).
     Progress { rev: i64 },
@@ -42,7 +46,7 @@ pub enum WatchItem {
     Compacted { compact_rev: i64 },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Filter {
     None,
     NoPut,
@@ -50,7 +54,7 @@ pub enum Filter {
 }
 
 /// What one watcher saw.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WatchRecord {
     pub id: usize,
     pub member: usize,
@@ -116,7 +120,9 @@ pub fn check(
         let mut expect_next: Option<i64> = Some(w.start_rev);
         for item in &w.items {
             match item {
-                WatchItem::Events { header_rev, events } => {
+                WatchItem::Events {
+                    header_rev, events, ..
+                } => {
                     if events.is_empty() {
                         continue;
                     }
