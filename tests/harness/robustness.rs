@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use etcd_client::GetOptions;
 use rand::rngs::StdRng;
+use retcd_robustness::checks::{self, RunRecord};
 use retcd_robustness::history::{History, Operation, Request};
 use retcd_robustness::lease::{self, LeaseConfig, LeaseKeeper};
-use retcd_robustness::checks::{self, RunRecord};
 use retcd_robustness::linearizability;
 use retcd_robustness::proxy::Proxy;
 use retcd_robustness::seed;
@@ -685,7 +685,8 @@ impl Run {
         let lin_time = out.lin_time;
         let dump_dir = std::env::var_os("RETCD_ROBUSTNESS_DUMP").map(PathBuf::from);
         if dump_dir.is_some() || !rep.violations.is_empty() {
-            let dir = dump_dir.unwrap_or_else(|| workspace_root().join("target/robustness-records"));
+            let dir =
+                dump_dir.unwrap_or_else(|| workspace_root().join("target/robustness-records"));
             let path = dir.join(format!("{}-{}.json", rep.name, rep.seed));
             match record.save(&path) {
                 Ok(()) => eprintln!(

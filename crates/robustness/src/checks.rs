@@ -77,41 +77,30 @@ pub fn check_run(rec: &RunRecord) -> CheckOutcome {
         out.known = wr.violations.iter().filter(|v| known(v)).cloned().collect();
         wr.violations.retain(|v| !known(v));
     }
-    // The watch history is the ground truth of every revision only when
-    // the watch checks passed; otherwise the run fails already and the
-    // linearizability search runs without it (its verdict is secondary).
-    let truth_complete = wr.violations.is_empty();
+    // The watch history is the ground truth of every revision when it is
+    // complete and consistent (other watch violations fail the run but
+    // leave it usable); without it the search runs without the oracle and
+    // its verdict is secondary (the run fails already).
+    let use_oracle = wr.truth_consistent;
     out.violations.extend(wr.violations);
     out.unknown_before = rec.history.ops.iter().filter(|o| o.resp.is_none()).count();
     let started = Instant::now();
-    let (verdict, stats) = if truth_complete {
-        let truth =
-            patch::Truth::new(&wr.events_by_rev, &rec.watches, &rec.history, rec.init_rev);
-        let ops = patch::patch_history(&rec.history, &truth);
-        out.unknown_after = ops.iter().filter(|o| o.resp.is_none()).count();
-        out.ops = ops.len();
-        linearizability::check_with_truth(
-            &ops,
-            &KvState::new(rec.init_rev),
-            Some(&truth),
-            linearizability::DEFAULT_BUDGET,
-        )
-    } else {
+    let truth = patch::Truth::new(&wr.events_by_rev, &rec.watches, &rec.history, rec.init_rev);
+    let ops = patch::patch_history(&rec.history, &truth);
+    out.unknown_after = ops.iter().filter(|o| o.resp.is_none()).count();
+    out.ops = ops.len();
+    if !use_oracle {
         out.violations.push(
-            "(the linearizability verdict below was found without the watch history, which is incomplete)"
+            "(the watch history is incomplete or inconsistent: the linearizability verdict below was found without it as oracle)"
                 .into(),
         );
-        let mut h = rec.history.clone();
-        watch::resolve_unknown_writes(&mut h, &wr.events_by_rev);
-        out.unknown_after = h.ops.iter().filter(|o| o.resp.is_none()).count();
-        out.ops = h.ops.len();
-        linearizability::check_with_truth(
-            &h.ops,
-            &KvState::new(rec.init_rev),
-            None,
-            linearizability::DEFAULT_BUDGET,
-        )
-    };
+    }
+    let (verdict, stats) = linearizability::check_with_truth(
+        &ops,
+        &KvState::new(rec.init_rev),
+        use_oracle.then_some(&truth),
+        linearizability::DEFAULT_BUDGET,
+    );
     out.lin_time = started.elapsed();
     out.lin_stats = stats;
     out.decided = !matches!(verdict, Verdict::GaveUp { .. });

@@ -38,7 +38,7 @@
 //! linearizable. Its last operation is the one no order can explain. It is
 //! looked for inside the failing segment only (earlier segments passed).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,8 @@ pub struct Violation {
     pub prefix: Vec<Operation>,
     /// The operation (in `prefix`) whose call time closes the prefix.
     pub culprit: Operation,
+    /// Why, when it shows without a search (see `direct_check`).
+    pub reason: Option<String>,
     /// The most operations any explored order managed to linearize.
     pub longest_linearized: usize,
 }
@@ -76,6 +78,9 @@ impl fmt::Display for Violation {
             self.longest_linearized,
             self.culprit
         )?;
+        if let Some(r) = &self.reason {
+            writeln!(f, "  why: {r}")?;
+        }
         writeln!(f, "last operations of the prefix (call order):")?;
         let skip = self.prefix.len().saturating_sub(25);
         for op in &self.prefix[skip..] {
@@ -98,6 +103,9 @@ pub struct CheckStats {
     pub max_end_states: usize,
     /// Whether a segment was too hard to enumerate and merged with the rest.
     pub merged: bool,
+    /// Whether the violation showed without a search (revision order,
+    /// answers against the watch history).
+    pub direct: bool,
     /// Whether the watch history was used as the truth oracle.
     pub truth: bool,
 }
@@ -411,7 +419,10 @@ impl<'a> Search<'a> {
         out.sort_by_key(|(h, _)| *h);
         out.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
         let changed = out.len() != set.states.len()
-            || out.iter().zip(&set.states).any(|(a, b)| a.0 != b.0 || a.1 != b.1);
+            || out
+                .iter()
+                .zip(&set.states)
+                .any(|(a, b)| a.0 != b.0 || a.1 != b.1);
         // An optional op that changes nothing is no better than leaving it
         // pending (and skipping it at its return).
         if optional && !changed {
@@ -438,7 +449,9 @@ impl<'a> Search<'a> {
 
     /// Whether an answered op using lease `l` is among the candidates.
     fn lease_user_pending(&self, cands: &[usize], l: i64) -> bool {
-        cands.iter().any(|&e| self.lease_ref[self.op_of[e]] == Some(l))
+        cands
+            .iter()
+            .any(|&e| self.lease_ref[self.op_of[e]] == Some(l))
     }
 
     /// Among identical optional ops pending together, only the one that
@@ -608,20 +621,22 @@ impl<'a> Search<'a> {
                 }
                 // Every candidate tried: the first pending return event.
                 let (_, ret_ev) = self.candidates(c.forced);
-                if !dead
-                    && ret_ev != NIL
-                    && c.forced.is_none()
-                    && self.optional[self.op_of[ret_ev]]
+                if !dead && ret_ev != NIL && c.forced.is_none() && self.optional[self.op_of[ret_ev]]
                 {
                     let i = self.op_of[ret_ev];
                     let call_ev = self.pair[ret_ev];
-                    // Its last chance: take effect now, or never.
-                    if let Some((ns, _, _)) = self.try_step(&c.state, i) {
-                        if ns.states.len() > MAX_STATES {
-                            return Outcome::OverBudget;
-                        }
-                        if self.push(&mut c, FrameKind::AtRet, call_ev, ns, None, &[], 0) {
-                            continue 'fresh;
+                    // Its last chance: take effect now, or never. (A lease-only
+                    // step here is never needed: every op using the lease was
+                    // called before this bound, and it was tried right before
+                    // each of them.)
+                    if let Some((ns, new_rev, _)) = self.try_step(&c.state, i) {
+                        if self.free_lease[i].is_none() || new_rev {
+                            if ns.states.len() > MAX_STATES {
+                                return Outcome::OverBudget;
+                            }
+                            if self.push(&mut c, FrameKind::AtRet, call_ev, ns, None, &[], 0) {
+                                continue 'fresh;
+                            }
                         }
                     }
                     let st = c.state.clone();
@@ -731,7 +746,21 @@ pub fn check_with_truth(
         truth: truth.is_some(),
         ..Default::default()
     };
-    let mut states = StateSet::single(init.clone());
+    // The last op (index in call order) that uses each lease.
+    let mut last_use: HashMap<i64, usize> = HashMap::new();
+    for (i, o) in ops.iter().enumerate() {
+        if let Some(l) = lease_of(&o.req) {
+            last_use.insert(l, i);
+        }
+    }
+    let start = StateSet::single(init.clone());
+    if let Some(d) = direct_check(&ops, init, truth) {
+        stats.direct = true;
+        let v = minimize(&[], &ops, &start, init, truth, 0, &mut b, Some(d.time));
+        stats.steps = b.steps;
+        return (Verdict::Violation(Box::new(v)), stats);
+    }
+    let mut states = start;
     let mut k = 0;
     while k + 1 < cuts.len() {
         let last = k + 2 == cuts.len();
@@ -754,14 +783,23 @@ pub fn check_with_truth(
         match outcome {
             Outcome::Ok(ends) => {
                 stats.max_end_states = stats.max_end_states.max(ends.states.len());
-                states = ends;
+                states = forget_leases(ends, &last_use, cuts[k + 1]);
             }
             Outcome::OverBudget => {
                 stats.steps = b.steps;
                 return (Verdict::GaveUp { steps: b.steps }, stats);
             }
             Outcome::Fail { longest } => {
-                let v = minimize(&ops[..seg_start], seg, &states, truth, longest, &mut b);
+                let v = minimize(
+                    &ops[..seg_start],
+                    seg,
+                    &states,
+                    init,
+                    truth,
+                    longest,
+                    &mut b,
+                    None,
+                );
                 stats.steps = b.steps;
                 return (Verdict::Violation(Box::new(v)), stats);
             }
@@ -772,39 +810,227 @@ pub fn check_with_truth(
     (Verdict::Ok, stats)
 }
 
+/// The states a segment ended in, without the leases no op from `from`
+/// on uses: they can no longer make a difference, and states that differ
+/// only in them (unknown grants and revokes that did or did not happen)
+/// become one.
+fn forget_leases(set: StateSet, last_use: &HashMap<i64, usize>, from: usize) -> StateSet {
+    let mut states: Vec<(u64, KvState)> = set
+        .states
+        .into_iter()
+        .map(|(h, mut s)| {
+            let before = s.leases.len();
+            s.leases
+                .retain(|l, _| last_use.get(l).is_some_and(|&i| i >= from));
+            if s.leases.len() == before {
+                (h, s)
+            } else {
+                (s.hash64(), s)
+            }
+        })
+        .collect();
+    states.sort_by_key(|(h, _)| *h);
+    states.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    StateSet { states }
+}
+
+/// The revision before and after an answered op took effect, when its
+/// response says (a read at R: R, R; a write that made R: R-1, R). For a
+/// revoke it is unknown whether it made its revision: R, R (the weaker pin).
+fn pins(resp: &Response) -> Option<(i64, i64)> {
+    Some(match resp {
+        Response::Get { rev, .. }
+        | Response::Range { rev, .. }
+        | Response::LeaseGrant { rev }
+        | Response::LeaseRevoke { rev } => (*rev, *rev),
+        Response::Put { rev } => (rev - 1, *rev),
+        Response::Delete { deleted, rev } => (rev - i64::from(*deleted > 0), *rev),
+        Response::Cas { succeeded, rev, .. } => (rev - i64::from(*succeeded), *rev),
+        Response::LeaseNotFound => None?,
+    })
+}
+
+/// A violation visible without searching, at the return of its culprit.
+struct Direct {
+    time: u64,
+    culprit: usize,
+    reason: String,
+}
+
+/// Violations every linearization would hit, found in O(n log n): every
+/// answered op is pinned to the revision it was linearized at (see
+/// [`pins`]), revisions never go back, so an op that returned before
+/// another was called cannot have a later revision; no revision is made
+/// twice; none is below the initial one; and with the truth, an answer
+/// (of an op whose outcome does not depend on leases) must be what the
+/// truth's state at its revision gives. The earliest by the culprit's
+/// return.
+fn direct_check(ops: &[Operation], init: &KvState, truth: Option<&Truth>) -> Option<Direct> {
+    let mut best: Option<Direct> = None;
+    let mut note = |time: u64, culprit: usize, reason: String| {
+        if best.as_ref().is_none_or(|b| time < b.time) {
+            best = Some(Direct {
+                time,
+                culprit,
+                reason,
+            });
+        }
+    };
+    let pinned: Vec<(usize, i64, i64, u64)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| {
+            let (pre, post) = pins(o.resp.as_ref()?)?;
+            Some((i, pre, post, o.ret?))
+        })
+        .collect();
+    let mut made: std::collections::HashMap<i64, (usize, u64)> = Default::default();
+    for &(i, pre, post, ret) in &pinned {
+        if pre < init.rev {
+            note(
+                ret,
+                i,
+                format!(
+                    "answered from revision {pre}, below the initial revision {}",
+                    init.rev
+                ),
+            );
+        }
+        if post != pre {
+            if let Some(&(j, rj)) = made.get(&post) {
+                let (c, w) = if rj > ret { (j, i) } else { (i, j) };
+                note(
+                    rj.max(ret),
+                    c,
+                    format!("revision {post} made twice, also by {}", ops[w]),
+                );
+            } else {
+                made.insert(post, (i, ret));
+            }
+        }
+        let Some(t) = truth else { continue };
+        let op = &ops[i];
+        let lease_free = match &op.req {
+            Request::Get { .. }
+            | Request::Range { .. }
+            | Request::Delete { .. }
+            | Request::Cas { .. } => true,
+            Request::Put { lease, .. } => *lease == 0,
+            Request::LeaseGrant { .. } | Request::LeaseRevoke { .. } => false,
+        };
+        if !lease_free {
+            continue;
+        }
+        let Some(keys) = t.state_at(pre) else {
+            note(
+                ret,
+                i,
+                format!(
+                    "answered from revision {pre}, beyond the watch history (last {})",
+                    t.last_rev()
+                ),
+            );
+            continue;
+        };
+        let mut s = KvState {
+            rev: pre,
+            keys: keys.clone(),
+            leases: Default::default(),
+        };
+        let expected = s.apply(&op.req);
+        if op.resp.as_ref() != Some(&expected) {
+            note(
+                ret,
+                i,
+                format!("the state at revision {pre} (watch history) answers {expected:?}"),
+            );
+        } else if post != pre && t.state_at(post) != Some(&s.keys) {
+            note(
+                ret,
+                i,
+                format!("revision {post} of the watch history is not this write"),
+            );
+        }
+    }
+    // Real time: the highest revision returned before each call.
+    let mut by_ret: Vec<(u64, i64, usize)> = pinned
+        .iter()
+        .map(|&(i, _, post, ret)| (ret, post, i))
+        .collect();
+    by_ret.sort_unstable();
+    let mut by_call: Vec<(u64, usize, i64)> = pinned
+        .iter()
+        .map(|&(i, pre, _, _)| (ops[i].call, i, pre))
+        .collect();
+    by_call.sort_unstable();
+    let mut k = 0;
+    let mut max: Option<(i64, usize)> = None;
+    for (call, i, pre) in by_call {
+        while k < by_ret.len() && by_ret[k].0 < call {
+            if max.is_none_or(|(m, _)| by_ret[k].1 > m) {
+                max = Some((by_ret[k].1, by_ret[k].2));
+            }
+            k += 1;
+        }
+        if let Some((m, a)) = max {
+            if pre < m {
+                note(
+                    ops[i].ret.unwrap_or(u64::MAX),
+                    i,
+                    format!("answered from revision {pre}, but was called after this returned revision {m}: {}", ops[a]),
+                );
+            }
+        }
+    }
+    best
+}
+
 /// The minimal failing prefix of `seg` (which fails from `start`, the
-/// states `prior` can end in): binary search over cut times.
+/// states `prior` can end in): binary search over cut times (up to
+/// `known_fail`, a time the prefix is known to fail at). A prefix fails
+/// when [`direct_check`] finds a violation in it or the search does.
+#[allow(clippy::too_many_arguments)]
 fn minimize(
     prior: &[Operation],
     seg: &[Operation],
     start: &StateSet,
+    init: &KvState,
     truth: Option<&Truth>,
     longest: usize,
     b: &mut Budget,
+    known_fail: Option<u64>,
 ) -> Violation {
     let mut times: Vec<u64> = seg
         .iter()
         .flat_map(|o| [Some(o.call), o.ret])
         .flatten()
-        .filter(|&t| t != u64::MAX)
+        .filter(|&t| t != u64::MAX && known_fail.is_none_or(|k| t <= k))
         .collect();
-    times.push(u64::MAX);
+    times.push(known_fail.unwrap_or(u64::MAX));
     times.sort_unstable();
     times.dedup();
-    // The last time: the whole segment fails. A prefix search that runs
-    // out of budget counts as failing, so the prefix found is then
-    // possibly not the smallest one.
+    // The last time fails. A prefix search that runs out of budget counts
+    // as failing, so the prefix found is then possibly not the smallest one.
     let (mut lo, mut hi) = (0usize, times.len() - 1);
     let mut pb = Budget {
         steps: 0,
         limit: b.limit,
         deadline: Instant::now() + TIME_LIMIT / 2,
     };
+    let with_prior = |p: &[Operation]| -> Vec<Operation> {
+        let mut all: Vec<Operation> = prior.to_vec();
+        all.extend(p.iter().cloned());
+        all.sort_by_key(|o| o.call);
+        all
+    };
     while lo < hi {
         let mid = (lo + hi) / 2;
         let p = prefix_at(seg, times[mid]);
-        let mut all: Vec<Operation> = prior.to_vec();
-        all.extend(p.iter().cloned());
+        let all = with_prior(&p);
+        if direct_check(&all, init, truth).is_some() {
+            hi = mid;
+            continue;
+        }
         let claimed = claimed_of(&all);
         match Search::new(&p, truth, &claimed).run(start, Mode::FindOne, &mut pb) {
             Outcome::Ok(_) => lo = mid + 1,
@@ -812,18 +1038,22 @@ fn minimize(
         }
     }
     b.steps += pb.steps;
-    let mut prefix: Vec<Operation> = prior.to_vec();
     let p = prefix_at(seg, times[hi]);
-    let culprit = p
-        .iter()
-        .rfind(|o| o.ret == Some(times[hi]) || o.call == times[hi])
-        .cloned()
-        .unwrap_or_else(|| p[p.len() - 1].clone());
-    prefix.extend(p);
-    prefix.sort_by_key(|o| o.call);
+    let prefix = with_prior(&p);
+    let (culprit, reason) = match direct_check(&prefix, init, truth) {
+        Some(d) => (prefix[d.culprit].clone(), Some(d.reason)),
+        None => (
+            p.iter()
+                .rfind(|o| o.ret == Some(times[hi]) || o.call == times[hi])
+                .cloned()
+                .unwrap_or_else(|| p[p.len() - 1].clone()),
+            None,
+        ),
+    };
     Violation {
         prefix,
         culprit,
+        reason,
         longest_linearized: longest,
     }
 }

@@ -87,6 +87,13 @@ pub struct WatchReport {
     pub violations: Vec<String>,
     /// Ground truth: every event by revision, merged from unfiltered watchers.
     pub events_by_rev: BTreeMap<i64, Vec<WatchEvent>>,
+    /// Whether the ground truth can be trusted as the sequence of every
+    /// revision: no revision missing up to the final one, the watchers
+    /// agree, and replaying it is consistent (create revisions, versions,
+    /// deletes of existing keys). Other watch violations (a lost event on
+    /// one stream, a wrong `prev_kv`, an acknowledged write missing) leave
+    /// it usable.
+    pub truth_consistent: bool,
 }
 
 impl WatchReport {
@@ -110,7 +117,10 @@ pub fn check(
     init_rev: i64,
     final_rev: i64,
 ) -> WatchReport {
-    let mut rep = WatchReport::default();
+    let mut rep = WatchReport {
+        truth_consistent: true,
+        ..Default::default()
+    };
     // Per-watcher properties.
     for w in records {
         let mut last: i64 = w.start_rev - 1;
@@ -242,6 +252,7 @@ pub fn check(
                             let eq = t.len() == evs.len()
                                 && t.iter().zip(&evs).all(|(a, b)| same_event(a, b));
                             if !eq {
+                                rep.truth_consistent = false;
                                 rep.v(format!("watchers disagree at revision {r}: {t:?} vs (watcher {}) {evs:?}", w.id));
                             }
                         }
@@ -254,9 +265,13 @@ pub fn check(
     let mut expect = init_rev + 1;
     for &r in truth.keys() {
         if r != expect {
+            rep.truth_consistent = false;
             rep.v(format!("no watcher saw revisions {expect}..{}", r - 1));
         }
         expect = r + 1;
+    }
+    if expect <= final_rev {
+        rep.truth_consistent = false;
     }
     // Replay the truth: prev_kv, create/version consistency, and state by revision.
     let mut state: BTreeMap<String, Kv> = BTreeMap::new();
@@ -271,6 +286,7 @@ pub fn check(
                         .map(|b| (b.create_revision, b.version + 1))
                         .unwrap_or((*r, 1));
                     if e.kv.create_revision != c || e.kv.version != v {
+                        rep.truth_consistent = false;
                         rep.v(format!(
                             "event put {} at {r}: create_revision {} version {}, expected {c} {v}",
                             e.kv.key, e.kv.create_revision, e.kv.version
@@ -280,6 +296,7 @@ pub fn check(
                 }
                 EventKind::Delete => {
                     if before.is_none() {
+                        rep.truth_consistent = false;
                         rep.v(format!(
                             "event delete {} at {r} of a key that does not exist",
                             e.kv.key
@@ -400,73 +417,4 @@ pub fn check(
     }
     rep.events_by_rev = truth;
     rep
-}
-
-/// Resolves unknown-outcome writes with the watch ground truth (as etcd's
-/// robustness suite does): values are unique, so an unknown `Put`/`Cas`
-/// whose value appears in an event at revision R *did* happen, answered
-/// R (its return time stays +∞); one whose value never appears, in a
-/// complete ground truth, did not happen and is removed. This keeps the
-/// search from trying every position for writes whose fate is known.
-/// Only call it when the watch checks found the truth complete.
-pub fn resolve_unknown_writes(history: &mut History, truth: &BTreeMap<i64, Vec<WatchEvent>>) {
-    let mut rev_of_value: HashMap<&str, i64> = HashMap::new();
-    for (r, evs) in truth {
-        for e in evs {
-            if e.kind == EventKind::Put {
-                rev_of_value.insert(e.kv.value.as_str(), *r);
-            }
-        }
-    }
-    let deleted: HashSet<&str> = truth
-        .values()
-        .flatten()
-        .filter(|e| e.kind == EventKind::Delete)
-        .map(|e| e.kv.key.as_str())
-        .collect();
-    // Leases some answered operation depends on.
-    let observed_leases: HashSet<i64> = history
-        .ops
-        .iter()
-        .filter(|o| o.resp.is_some())
-        .filter_map(|o| match &o.req {
-            Request::Put { lease, .. } if *lease != 0 => Some(*lease),
-            Request::LeaseRevoke { id } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    history.ops.retain_mut(|op| {
-        if op.resp.is_some() {
-            return true;
-        }
-        match &op.req {
-            // No delete event of the key at all: it deleted nothing, if it ran.
-            Request::Delete { key } => deleted.contains(key.as_str()),
-            // Nothing answered depends on this lease: invisible either way.
-            Request::LeaseGrant { id } => observed_leases.contains(id),
-            Request::Put { value, .. } => match rev_of_value.get(value.as_str()) {
-                Some(&rev) => {
-                    op.resp = Some(Response::Put { rev });
-                    op.ret = Some(u64::MAX);
-                    true
-                }
-                None => false,
-            },
-            Request::Cas { value, .. } => match rev_of_value.get(value.as_str()) {
-                Some(&rev) => {
-                    op.resp = Some(Response::Cas {
-                        succeeded: true,
-                        kv: None,
-                        rev,
-                    });
-                    op.ret = Some(u64::MAX);
-                    true
-                }
-                // A CAS that did not put either failed its compare (a read)
-                // or never ran: either way it changed nothing.
-                None => false,
-            },
-            _ => true,
-        }
-    });
 }
