@@ -25,7 +25,7 @@
 //! |---|---|---|
 //! | put / CAS | its unique value in an event at revision R | happened, answered R, returns by `observed_by(R)` |
 //! | put / CAS | value never in an event | did not happen (a CAS that failed its compare changed nothing either): dropped |
-//! | delete of k / revoke of L | the only op that can explain an unexplained revision R (deletes of exactly k / of L's keys) | happened at R |
+//! | delete of k / revoke of L | the only op that can explain an unexplained revision R (deletes of exactly k / of L's keys; an answered revoke of L answered R competes too) | happened at R |
 //! | delete of k | no unexplained revision deletes just k after its call | changed nothing: dropped |
 //! | revoke of L | none of the above | optional: may have removed L (without deleting keys) before the last op that uses L |
 //! | grant of L | an answered op needed L (a put with L that succeeded, a successful revoke of L) | optional, but before the first such op returned |
@@ -230,13 +230,13 @@ pub fn patch_history(h: &History, truth: &Truth) -> Vec<Operation> {
     // Pass 2: unexplained revisions and the unknown deletes / revokes that
     // could have made them.
     let mut claimed: BTreeSet<i64> = ops.iter().filter_map(claimed_rev).collect();
+    // Unknown deletes and revokes, and answered revokes (which may have
+    // made the revision they answered: they compete for it, never resolved).
     let unknown: Vec<usize> = (0..ops.len())
-        .filter(|&i| {
-            ops[i].resp.is_none()
-                && matches!(
-                    ops[i].req,
-                    Request::Delete { .. } | Request::LeaseRevoke { .. }
-                )
+        .filter(|&i| match (&ops[i].req, &ops[i].resp) {
+            (Request::Delete { .. } | Request::LeaseRevoke { .. }, None) => true,
+            (Request::LeaseRevoke { .. }, Some(Response::LeaseRevoke { .. })) => true,
+            _ => false,
         })
         .collect();
     let mut cands: HashMap<usize, BTreeSet<i64>> = HashMap::new();
@@ -252,6 +252,11 @@ pub fn patch_history(h: &History, truth: &Truth) -> Vec<Operation> {
             let op = &ops[i];
             if truth.observed_by(r) < op.call {
                 continue; // r had happened before the op was sent
+            }
+            if let Some(Response::LeaseRevoke { rev }) = &op.resp {
+                if *rev != r {
+                    continue;
+                }
             }
             let fits = match &op.req {
                 Request::Delete { key } => deleted.len() == 1 && deleted.contains(key.as_str()),
@@ -287,7 +292,9 @@ pub fn patch_history(h: &History, truth: &Truth) -> Vec<Operation> {
         else {
             break;
         };
-        resolved.insert(i, r);
+        if ops[i].resp.is_none() {
+            resolved.insert(i, r);
+        }
         claimed.insert(r);
         cands.remove(&i);
         for rs in cands.values_mut() {
@@ -325,7 +332,7 @@ pub fn patch_history(h: &History, truth: &Truth) -> Vec<Operation> {
     for (i, mut op) in ops.into_iter().enumerate() {
         if op.resp.is_none() {
             match &op.req {
-                Request::Delete { .. } => match cands.get(&i) {
+                Request::Delete { .. } => match cands.get(&i).filter(|rs| !rs.is_empty()) {
                     None => continue, // deleted nothing, if it ran
                     Some(rs) => {
                         let h = rs.iter().map(|&r| truth.observed_by(r)).max();
@@ -337,6 +344,8 @@ pub fn patch_history(h: &History, truth: &Truth) -> Vec<Operation> {
                     let del = cands
                         .get(&i)
                         .and_then(|rs| rs.iter().map(|&r| truth.observed_by(r)).max());
+                    // (`None` also when every revision it could have made
+                    // was explained by another op.)
                     match (refs, del) {
                         (None, None) => continue, // nothing could tell
                         (a, b) => {
