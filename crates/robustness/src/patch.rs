@@ -233,10 +233,15 @@ pub fn patch_history(h: &History, truth: &Truth) -> Vec<Operation> {
     // Unknown deletes and revokes, and answered revokes (which may have
     // made the revision they answered: they compete for it, never resolved).
     let unknown: Vec<usize> = (0..ops.len())
-        .filter(|&i| match (&ops[i].req, &ops[i].resp) {
-            (Request::Delete { .. } | Request::LeaseRevoke { .. }, None) => true,
-            (Request::LeaseRevoke { .. }, Some(Response::LeaseRevoke { .. })) => true,
-            _ => false,
+        .filter(|&i| {
+            matches!(
+                (&ops[i].req, &ops[i].resp),
+                (Request::Delete { .. } | Request::LeaseRevoke { .. }, None)
+                    | (
+                        Request::LeaseRevoke { .. },
+                        Some(Response::LeaseRevoke { .. })
+                    )
+            )
         })
         .collect();
     let mut cands: HashMap<usize, BTreeSet<i64>> = HashMap::new();
