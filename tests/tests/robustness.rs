@@ -294,6 +294,75 @@ async fn robustness_kubernetes_traffic_compaction_while_watchers_replay() {
     .await;
 }
 
+/// One member's data dir is a small tmpfs; it is filled up while traffic
+/// runs. The member must stop (fail-stop, exit non-zero, on ENOSPC) or
+/// refuse writes with an error, never acknowledge what it did not persist;
+/// with space freed it restarts and every check passes. Needs root (tmpfs):
+/// fails, never passes silently, without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_disk_full() {
+    repeat("disk_full", 114, |seed| async move {
+        let f = 2;
+        // etcd preallocates 64 MB WAL segments: the disk must hold one.
+        let o = opts(3).with_small_disk(f, 96 << 20);
+        let mut run = Run::start_seeded("disk_full", o, seed).await;
+        run.sleep_ms(800, 1500).await;
+        // The leader's disk for even seeds, a follower's for odd ones.
+        let target = if seed % 2 == 0 { f } else { 0 };
+        let moved = run.rc.move_leader_to(target).await;
+        eprintln!(
+            "robustness: m{f} (the small disk) is {}",
+            if moved == (target == f) {
+                "the leader"
+            } else {
+                "a follower"
+            }
+        );
+        // 64-512 KiB left: the member's WAL writes or backend growth fail soon.
+        let leave = (64 + run.pick(448) as u64) << 10;
+        if let Err(e) = run.rc.fill_small_disk(leave) {
+            run.notes.push(format!("could not fill m{f}'s disk: {e:#}"));
+        }
+        let flavor = run.rc.cluster.flavor;
+        match wait_exit(&mut run.rc, f, Duration::from_secs(60)) {
+            Ok(st) => {
+                let log = run.rc.cluster.members[f].log();
+                let enospc = log.contains("No space left on device") || log.contains("os error 28");
+                let line = log
+                    .lines()
+                    .find(|l| l.contains("No space left") || l.contains("os error 28"))
+                    .unwrap_or("");
+                eprintln!("robustness: m{f} exited with {st} on the full disk: {line}");
+                if st.success() || !enospc {
+                    run.notes.push(format!(
+                        "m{f} exited ({st}) but not by fail-stop on ENOSPC; log tail:\n{}",
+                        &log[log.len().saturating_sub(1500)..]
+                    ));
+                }
+            }
+            Err(e) => {
+                // Still running with a full disk: allowed only if it refuses
+                // writes (the checks below then still hold); retcd fail-stops.
+                let note = format!("m{f} still running with a full disk: {e}");
+                eprintln!("robustness: {note}");
+                if flavor == Flavor::Retcd {
+                    run.notes.push(note);
+                }
+            }
+        }
+        if let Err(e) = run.rc.free_small_disk() {
+            run.notes.push(format!("could not free m{f}'s disk: {e:#}"));
+        }
+        run.rc.restart(f);
+        // The member catches up while traffic goes on.
+        while run.running(phase()) {
+            run.sleep_ms(300, 600).await;
+        }
+        run.finish().await
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------------------
 // Failpoints (retcd only: the failpoints build).
 
