@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use etcd_client::GetOptions;
 use rand::rngs::StdRng;
+use retcd_robustness::checks::{self, RunRecord};
 use retcd_robustness::history::{History, Operation, Request};
 use retcd_robustness::lease::{self, LeaseConfig, LeaseKeeper};
-use retcd_robustness::linearizability::{self, Verdict};
-use retcd_robustness::model::KvState;
+use retcd_robustness::linearizability;
 use retcd_robustness::proxy::Proxy;
 use retcd_robustness::seed;
 use retcd_robustness::traffic::{self, Clock, TrafficConfig, TrafficStats, WatcherConfig};
@@ -91,6 +91,9 @@ pub struct Options {
     /// Run the lease client (keepalives through the faults, expiry after)
     /// and the lease check ([`retcd_robustness::lease`]).
     pub lease_check: bool,
+    /// (member, bytes): that member's data dir is a tmpfs of this size
+    /// (mounted before it starts, unmounted when the cluster is dropped).
+    pub small_disk: Option<(usize, u64)>,
 }
 
 impl Options {
@@ -109,7 +112,15 @@ impl Options {
             ],
             traffic_members: None,
             lease_check: false,
+            small_disk: None,
         }
+    }
+
+    /// Member `i`'s data dir on its own tmpfs of `bytes` (needs root; the
+    /// run fails if it cannot be mounted).
+    pub fn with_small_disk(mut self, i: usize, bytes: u64) -> Options {
+        self.small_disk = Some((i, bytes));
+        self
     }
 
     /// Adds the lease client and the lease check.
@@ -161,6 +172,79 @@ pub struct RbCluster {
     pub proxies: Vec<Proxy>,
     fp_files: Vec<PathBuf>,
     pub paused: Vec<bool>,
+    mounts: Vec<TmpfsMount>,
+}
+
+/// A tmpfs mounted for a test; unmounted (lazily) when dropped, also when
+/// the test fails.
+pub struct TmpfsMount {
+    pub path: PathBuf,
+}
+
+impl TmpfsMount {
+    /// Mounts a tmpfs of `bytes` on `path` (created if missing).
+    pub fn mount(path: &std::path::Path, bytes: u64) -> Result<TmpfsMount> {
+        std::fs::create_dir_all(path).with_context(|| format!("create {}", path.display()))?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(path)
+            .output()
+            .context("run mount")?;
+        if !out.status.success() {
+            bail!(
+                "mount -t tmpfs on {} failed ({}): {} (the disk-full scenario needs root)",
+                path.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        eprintln!(
+            "robustness: tmpfs of {bytes} bytes mounted on {}",
+            path.display()
+        );
+        Ok(TmpfsMount {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Bytes available to unprivileged writers.
+    pub fn available(&self) -> Result<u64> {
+        let out = Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(&self.path)
+            .output()
+            .context("run df")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .with_context(|| format!("df output: {text}"))
+    }
+}
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        match Command::new("umount").arg("-l").arg(&self.path).status() {
+            Ok(st) if st.success() => {
+                eprintln!("robustness: tmpfs on {} unmounted", self.path.display())
+            }
+            other => eprintln!(
+                "robustness: umount {} failed: {other:?}",
+                self.path.display()
+            ),
+        }
+    }
+}
+
+impl Drop for RbCluster {
+    fn drop(&mut self) {
+        // Members first, so nothing writes to a tmpfs being unmounted; the
+        // mounts go before the temp dir is removed.
+        for m in self.cluster.members.iter_mut() {
+            m.kill();
+        }
+        self.mounts.clear();
+    }
 }
 
 impl RbCluster {
@@ -199,8 +283,14 @@ impl RbCluster {
         };
         let mut members = Vec::new();
         let mut fp_files = Vec::new();
+        let mut mounts = Vec::new();
         for (i, (c, p, a)) in ports.iter().copied().enumerate() {
             let data_dir = dir.path().join(format!("m{i}.etcd"));
+            if let Some((m, bytes)) = opts.small_disk {
+                if m == i {
+                    mounts.push(TmpfsMount::mount(&data_dir, bytes)?);
+                }
+            }
             let curl = format!("http://127.0.0.1:{c}");
             let mut flags: Vec<String> = vec![
                 "--name".into(),
@@ -261,11 +351,51 @@ impl RbCluster {
             proxies,
             fp_files,
             paused: vec![false; n],
+            mounts,
         })
     }
 
     pub fn len(&self) -> usize {
         self.cluster.members.len()
+    }
+
+    /// The small disk of [`Options::with_small_disk`].
+    pub fn small_disk(&self) -> &TmpfsMount {
+        self.mounts.first().expect("no small disk in this cluster")
+    }
+
+    /// Fills the small disk with a filler file until `leave` bytes are
+    /// left; the bytes it wrote.
+    pub fn fill_small_disk(&self, leave: u64) -> Result<u64> {
+        use std::io::Write;
+        let m = self.small_disk();
+        let avail = m.available()?;
+        let n = avail.saturating_sub(leave);
+        let mut f = std::fs::File::create(m.path.join("rb-filler"))?;
+        let chunk = vec![0xa5u8; 1 << 20];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(chunk.len() as u64) as usize;
+            f.write_all(&chunk[..k])?;
+            left -= k as u64;
+        }
+        f.sync_all()?;
+        eprintln!(
+            "robustness: fault: small disk filled: {n} of {avail} available bytes taken, {} left",
+            m.available()?
+        );
+        Ok(n)
+    }
+
+    /// Removes the filler file again.
+    pub fn free_small_disk(&self) -> Result<()> {
+        let m = self.small_disk();
+        std::fs::remove_file(m.path.join("rb-filler"))?;
+        eprintln!(
+            "robustness: small disk freed: {} bytes available",
+            m.available()?
+        );
+        Ok(())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -280,6 +410,36 @@ impl RbCluster {
 
     pub async fn leader(&mut self) -> Result<usize> {
         self.cluster.leader(Duration::from_secs(15)).await
+    }
+
+    /// Moves leadership to member `i` (MoveLeader sent to the leader),
+    /// retrying for a few seconds; whether `i` leads afterwards.
+    pub async fn move_leader_to(&mut self, i: usize) -> bool {
+        let eps = self.cluster.endpoints();
+        for _ in 0..10 {
+            let Ok(l) = self.leader().await else {
+                continue;
+            };
+            if l == i {
+                return true;
+            }
+            let moved = async {
+                let mut target = traffic::connect(&eps[i..=i], Duration::from_secs(3)).await?;
+                let id = traffic::bounded(Duration::from_secs(3), target.status())
+                    .await?
+                    .header()
+                    .map(|h| h.member_id())
+                    .unwrap_or(0);
+                let mut cl = traffic::connect(&eps[l..=l], Duration::from_secs(3)).await?;
+                traffic::bounded(Duration::from_secs(5), cl.move_leader(id)).await
+            }
+            .await;
+            if let Err(e) = moved {
+                eprintln!("robustness: move leader m{l} -> m{i}: {e}");
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        matches!(self.leader().await, Ok(l) if l == i)
     }
 
     pub fn kill(&mut self, i: usize) {
@@ -426,6 +586,7 @@ impl Run {
                 prefix: opts.traffic.prefix.clone(),
                 start_rev: init_rev + 1,
                 progress_every: Duration::from_millis(700),
+                clock,
             };
             watchers.push(tokio::spawn(traffic::run_watcher(
                 cfg,
@@ -654,52 +815,50 @@ impl Run {
             );
             rep.violations.extend(lv);
         }
-        // The checks: watch first (its ground truth resolves unknown writes).
-        let mut wr = watch::check(&records, &history, self.init_rev, final_rev);
-        if self.rc.cluster.flavor == Flavor::Etcd {
-            // etcd 3.4.23 sends progress notifications ahead of pending events
-            // (etcd-io/etcd#15220, fixed in 3.4.25 / 3.5.8): known, reported, not failed.
-            let known = |v: &String| {
-                v.contains("not bookmarkable") || v.contains("progress notification at")
-            };
-            for v in wr.violations.iter().filter(|v| known(v)) {
-                eprintln!("robustness: known etcd 3.4.23 issue (etcd-io/etcd#15220): {v}");
-            }
-            wr.violations.retain(|v| !known(v));
-        }
-        let truth_complete = wr.violations.is_empty();
-        rep.violations.extend(wr.violations);
-        let unknown_before = history.ops.iter().filter(|o| o.resp.is_none()).count();
-        // With an incomplete truth the run already fails; resolving anyway
-        // keeps the search tractable (its verdict is then secondary).
-        if !truth_complete {
-            rep.violations.push(
-                "(the linearizability verdict below used an incomplete watch history)".into(),
-            );
-        }
-        watch::resolve_unknown_writes(&mut history, &wr.events_by_rev);
-        let unknown_after = history.ops.iter().filter(|o| o.resp.is_none()).count();
-        rep.ops = history.ops.len();
-        let init = KvState::new(self.init_rev);
-        let started = Instant::now();
-        let ops = history.ops.clone();
-        let verdict = tokio::task::spawn_blocking(move || {
-            linearizability::check(&ops, &init, linearizability::DEFAULT_BUDGET)
+        // The checks: watch, patching unknown outcomes with the watch
+        // history, linearizability (`retcd_robustness::checks`).
+        let record = RunRecord {
+            name: self.name.clone(),
+            seed: self.seed,
+            etcd: self.rc.cluster.flavor == Flavor::Etcd,
+            init_rev: self.init_rev,
+            final_rev,
+            history,
+            watches: records,
+        };
+        let record = tokio::task::spawn_blocking(move || {
+            let out = checks::check_run(&record);
+            (record, out)
         })
         .await
         .expect("checker");
-        let lin_time = started.elapsed();
-        eprintln!(
-            "robustness: {}: {unknown_before} unknown outcomes, {unknown_after} left after resolving with the watch history",
-            rep.name
-        );
-        match verdict {
-            Verdict::Ok => {}
-            Verdict::Violation(v) => rep.violations.push(v.to_string()),
-            Verdict::GaveUp { steps } => rep.violations.push(format!(
-                "linearizability checker gave up after {steps} steps (history too concurrent; inconclusive)"
-            )),
+        let (record, out) = record;
+        for k in &out.known {
+            eprintln!("robustness: known etcd 3.4.23 issue (etcd-io/etcd#15220): {k}");
         }
+        eprintln!(
+            "robustness: {}: {} unknown outcomes, {} left after patching with the watch history; linearizability: {} ops, {:?}",
+            rep.name, out.unknown_before, out.unknown_after, out.ops, out.lin_stats
+        );
+        rep.violations.extend(out.violations);
+        rep.ops = out.ops;
+        let lin_time = out.lin_time;
+        let dump_dir = std::env::var_os("RETCD_ROBUSTNESS_DUMP").map(PathBuf::from);
+        if dump_dir.is_some() || !rep.violations.is_empty() {
+            let dir =
+                dump_dir.unwrap_or_else(|| workspace_root().join("target/robustness-records"));
+            let path = dir.join(format!("{}-{}.json", rep.name, rep.seed));
+            match record.save(&path) {
+                Ok(()) => eprintln!(
+                    "robustness: {}: run record saved to {} (check again with `cargo run -p retcd-robustness --example check_dump -- {}`)",
+                    rep.name,
+                    path.display(),
+                    path.display()
+                ),
+                Err(e) => eprintln!("robustness: cannot save the run record: {e}"),
+            }
+        }
+        let (history, records) = (record.history, record.watches);
         let events: usize = records.iter().map(|r| r.events().count()).sum();
         let restarts: usize = records
             .iter()

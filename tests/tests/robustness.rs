@@ -12,8 +12,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use retcd_robustness::traffic;
 use retcd_tests::robustness::{wait_exit, Options, Report, Run};
-use retcd_tests::{bounded, test_flavor, Flavor};
+use retcd_tests::{bounded, member_add_when_healthy, test_flavor, Flavor};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const LIMIT: Duration = Duration::from_secs(600);
@@ -294,6 +295,75 @@ async fn robustness_kubernetes_traffic_compaction_while_watchers_replay() {
     .await;
 }
 
+/// One member's data dir is a small tmpfs; it is filled up while traffic
+/// runs. The member must stop (fail-stop, exit non-zero, on ENOSPC) or
+/// refuse writes with an error, never acknowledge what it did not persist;
+/// with space freed it restarts and every check passes. Needs root (tmpfs):
+/// fails, never passes silently, without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_disk_full() {
+    repeat("disk_full", 114, |seed| async move {
+        let f = 2;
+        // etcd preallocates 64 MB WAL segments: the disk must hold one.
+        let o = opts(3).with_small_disk(f, 96 << 20);
+        let mut run = Run::start_seeded("disk_full", o, seed).await;
+        run.sleep_ms(800, 1500).await;
+        // The leader's disk for even seeds, a follower's for odd ones.
+        let target = if seed % 2 == 0 { f } else { 0 };
+        let moved = run.rc.move_leader_to(target).await;
+        eprintln!(
+            "robustness: m{f} (the small disk) is {}",
+            if moved == (target == f) {
+                "the leader"
+            } else {
+                "a follower"
+            }
+        );
+        // 64-512 KiB left: the member's WAL writes or backend growth fail soon.
+        let leave = (64 + run.pick(448) as u64) << 10;
+        if let Err(e) = run.rc.fill_small_disk(leave) {
+            run.notes.push(format!("could not fill m{f}'s disk: {e:#}"));
+        }
+        let flavor = run.rc.cluster.flavor;
+        match wait_exit(&mut run.rc, f, Duration::from_secs(60)) {
+            Ok(st) => {
+                let log = run.rc.cluster.members[f].log();
+                let enospc = log.contains("No space left on device") || log.contains("os error 28");
+                let line = log
+                    .lines()
+                    .find(|l| l.contains("No space left") || l.contains("os error 28"))
+                    .unwrap_or("");
+                eprintln!("robustness: m{f} exited with {st} on the full disk: {line}");
+                if st.success() || !enospc {
+                    run.notes.push(format!(
+                        "m{f} exited ({st}) but not by fail-stop on ENOSPC; log tail:\n{}",
+                        &log[log.len().saturating_sub(1500)..]
+                    ));
+                }
+            }
+            Err(e) => {
+                // Still running with a full disk: allowed only if it refuses
+                // writes (the checks below then still hold); retcd fail-stops.
+                let note = format!("m{f} still running with a full disk: {e}");
+                eprintln!("robustness: {note}");
+                if flavor == Flavor::Retcd {
+                    run.notes.push(note);
+                }
+            }
+        }
+        if let Err(e) = run.rc.free_small_disk() {
+            run.notes.push(format!("could not free m{f}'s disk: {e:#}"));
+        }
+        run.rc.restart(f);
+        // The member catches up while traffic goes on.
+        while run.running(phase()) {
+            run.sleep_ms(300, 600).await;
+        }
+        run.finish().await
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------------------
 // Failpoints (retcd only: the failpoints build).
 
@@ -397,6 +467,228 @@ async fn robustness_fsync_error_stops_the_node() {
             run.rc.set_failpoints(i, "");
             run.rc.restart(i);
             run.sleep_ms(1000, 1500).await;
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+/// How often member `i`'s log says failpoint `fp` fired.
+fn fired(run: &Run, i: usize, fp: &str) -> usize {
+    run.rc.cluster.members[i]
+        .log()
+        .matches(&format!("failpoint {fp}: crashing"))
+        .count()
+}
+
+/// Member `i` must stop at failpoint `fp` (armed before; `before` = how
+/// often it had fired): a non-zero exit and one more firing in its log, so
+/// the scenario cannot pass without the crash. Then it restarts without
+/// failpoints.
+async fn expect_crash_and_restart(run: &mut Run, i: usize, fp: &str, before: usize) {
+    match wait_exit(&mut run.rc, i, Duration::from_secs(30)) {
+        Ok(st) if !st.success() && fired(run, i, fp) > before => {
+            eprintln!("robustness: m{i} crashed at {fp} ({st})")
+        }
+        Ok(st) => run.notes.push(format!(
+            "m{i} exited ({st}) but failpoint {fp} did not fire: the scenario did not test what it should"
+        )),
+        Err(e) => run.notes.push(format!(
+            "failpoint {fp} never fired on m{i} ({e}): the scenario did not test what it should"
+        )),
+    }
+    run.rc.set_failpoints(i, "");
+    run.rc.restart(i);
+    if let Err(e) = run
+        .rc
+        .cluster
+        .wait_member_ready(i, Duration::from_secs(40))
+        .await
+    {
+        run.notes.push(format!(
+            "m{i} did not recover after the crash at {fp}: {e:#}"
+        ));
+    }
+}
+
+/// Restarts member `i` with failpoint `fp` armed (`return`: crash there).
+fn arm(run: &mut Run, i: usize, fp: &str) -> usize {
+    let before = fired(run, i, fp);
+    let spec = format!("{fp}=return");
+    eprintln!("robustness: fault: m{i} restarted with FAILPOINTS={spec}");
+    run.rc.set_failpoints(i, &spec);
+    run.rc.kill(i);
+    run.rc.restart(i);
+    before
+}
+
+/// Waits until the raft index seen through `members` moved `by` on.
+async fn wait_raft_index_moved(run: &Run, members: &[usize], by: u64) {
+    let eps = run.rc.cluster.endpoints();
+    let eps: Vec<String> = members.iter().map(|&i| eps[i].clone()).collect();
+    let Ok(mut cl) = traffic::connect(&eps, Duration::from_secs(3)).await else {
+        return;
+    };
+    let start = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let idx = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
+        if idx >= start + by || tokio::time::Instant::now() > deadline {
+            eprintln!("robustness: raft index moved from {start} to {idx}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A follower cut off until the leader compacted its log gets a snapshot
+/// when the cut is lifted, and crashes while applying it (before the
+/// restore, then after it and the WAL snapshot record); restarted without
+/// the failpoint it recovers, and every check passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_crash_at_snapshot_apply() {
+    if test_flavor() == Flavor::Etcd {
+        eprintln!("skipped: failpoints are retcd-only");
+        return;
+    }
+    repeat("crash_at_snapshot_apply", 115, |seed| async move {
+        let mut o = opts(3).with_proxies().with_failpoints().flags(&[
+            "--snapshot-count",
+            "100",
+            "--experimental-snapshot-catchup-entries",
+            "50",
+        ]);
+        o.traffic_members = Some(vec![0, 1]);
+        let mut run = Run::start_seeded("crash_at_snapshot_apply", o, seed).await;
+        let f = 2;
+        for fp in ["raft_before_apply_snapshot", "raft_after_apply_snapshot"] {
+            if run.rc.leader().await.is_ok_and(|l| l == f) {
+                run.rc.move_leader_to(0).await;
+            }
+            eprintln!("robustness: fault: blackhole m{f} until it needs a snapshot");
+            run.rc.proxies[f].blackhole_all(true);
+            let before = arm(&mut run, f, fp);
+            wait_raft_index_moved(&run, &[0, 1], 300).await;
+            eprintln!("robustness: lifting the blackhole of m{f}");
+            run.rc.proxies[f].blackhole_all(false);
+            expect_crash_and_restart(&mut run, f, fp, before).await;
+            run.sleep_ms(500, 1000).await;
+        }
+        run.finish().await
+    })
+    .await;
+}
+
+/// Membership changes during traffic with crashes at their apply: a
+/// learner is added while a follower is armed to crash *before* applying
+/// the conf change, then removed while the leader is armed to crash right
+/// *after* applying it. Restarted, the members replay the change; every
+/// member then lists the same members (the learner gone) and every check
+/// passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn robustness_crash_at_conf_change() {
+    if test_flavor() == Flavor::Etcd {
+        eprintln!("skipped: failpoints are retcd-only");
+        return;
+    }
+    repeat("crash_at_conf_change", 116, |seed| async move {
+        let o = opts(3).with_failpoints();
+        let mut run = Run::start_seeded("crash_at_conf_change", o, seed).await;
+        run.sleep_ms(500, 1000).await;
+        let eps = run.rc.cluster.endpoints();
+        let members_of = |i: usize| {
+            let ep = eps[i].clone();
+            async move {
+                let mut cl = traffic::connect(&[ep], Duration::from_secs(3)).await?;
+                let l = traffic::bounded(Duration::from_secs(3), cl.member_list()).await?;
+                let mut ids: Vec<(u64, bool)> = l
+                    .members()
+                    .iter()
+                    .map(|m| (m.id(), m.is_learner()))
+                    .collect();
+                ids.sort_unstable();
+                Ok::<_, etcd_client::Error>(ids)
+            }
+        };
+        // Every member lists the same members, `n` of them.
+        let agree = |n: usize| async move {
+            retcd_tests::retry_until(
+                Duration::from_secs(20),
+                Duration::from_millis(300),
+                || async {
+                    let mut lists = Vec::new();
+                    for i in 0..3 {
+                        lists.push(members_of(i).await.map_err(|e| e.to_string())?);
+                    }
+                    if lists.windows(2).all(|w| w[0] == w[1]) && lists[0].len() == n {
+                        Ok(lists[0].clone())
+                    } else {
+                        Err(format!("member lists differ: {lists:?}"))
+                    }
+                },
+            )
+            .await
+        };
+        // 1. Add a learner; a follower crashes before applying the change.
+        let l = run.rc.leader().await.unwrap_or(0);
+        let a = (l + 1) % 3;
+        let before = arm(&mut run, a, "raft_before_apply_conf_change");
+        let _ = run
+            .rc
+            .cluster
+            .wait_member_ready(a, Duration::from_secs(20))
+            .await;
+        let url = format!("http://127.0.0.1:{}", retcd_tests::ports::free_port());
+        let l = run.rc.leader().await.unwrap_or(l);
+        let added = async {
+            let mut cl = traffic::connect(&eps[l..=l], Duration::from_secs(3)).await?;
+            member_add_when_healthy(&mut cl, &url, true, Duration::from_secs(20)).await
+        }
+        .await;
+        let learner = match added {
+            Ok(r) => r.member().map(|m| m.id()),
+            Err(e) => {
+                run.notes.push(format!("adding a learner failed: {e}"));
+                None
+            }
+        };
+        eprintln!("robustness: learner {learner:x?} added at {url}");
+        expect_crash_and_restart(&mut run, a, "raft_before_apply_conf_change", before).await;
+        if let Err(e) = agree(4).await {
+            run.notes.push(format!("after the add: {e}"));
+        }
+        // 2. Remove it; the leader crashes right after applying the change.
+        let b = run.rc.leader().await.unwrap_or(0);
+        let before = arm(&mut run, b, "raft_after_apply_conf_change");
+        let _ = run
+            .rc
+            .cluster
+            .wait_member_ready(b, Duration::from_secs(20))
+            .await;
+        if !run.rc.move_leader_to(b).await {
+            eprintln!(
+                "robustness: m{b} did not become leader again; removing through the leader anyway"
+            );
+        }
+        if let Some(id) = learner {
+            let l = run.rc.leader().await.unwrap_or(b);
+            let removed = async {
+                let mut cl = traffic::connect(&eps[l..=l], Duration::from_secs(3)).await?;
+                traffic::bounded(Duration::from_secs(5), cl.member_remove(id)).await
+            }
+            .await;
+            eprintln!(
+                "robustness: remove learner {id:x} through m{l}: {:?}",
+                removed.map(|_| ())
+            );
+        }
+        expect_crash_and_restart(&mut run, b, "raft_after_apply_conf_change", before).await;
+        match agree(3).await {
+            Ok(ms) if ms.iter().all(|(_, learner)| !learner) => {}
+            Ok(ms) => run
+                .notes
+                .push(format!("the learner is still listed: {ms:?}")),
+            Err(e) => run.notes.push(format!("after the remove: {e}")),
         }
         run.finish().await
     })

@@ -397,6 +397,7 @@ fn one_per_response(evs: &[WatchEvent]) -> Vec<WatchItem> {
         .map(|e| WatchItem::Events {
             header_rev: e.kv.mod_revision,
             events: vec![e.clone()],
+            time: 0,
         })
         .collect()
 }
@@ -424,6 +425,7 @@ fn test_watch_duplicate_event_is_caught() {
         WatchItem::Events {
             header_rev: 3,
             events: vec![evs[1].clone()],
+            time: 0,
         },
     );
     let r = watch::check(&[rec(items)], &h, 1, 4);
@@ -462,15 +464,18 @@ fn test_watch_out_of_order_and_bookmark_are_caught() {
         WatchItem::Events {
             header_rev: 2,
             events: vec![evs[0].clone()],
+            time: 0,
         },
         WatchItem::Progress { rev: 3 },
         WatchItem::Events {
             header_rev: 3,
             events: vec![evs[1].clone()],
+            time: 0,
         },
         WatchItem::Events {
             header_rev: 4,
             events: vec![evs[2].clone()],
+            time: 0,
         },
     ];
     let r = watch::check(&[rec(items)], &h, 1, 4);

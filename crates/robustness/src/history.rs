@@ -4,8 +4,10 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// A key-value pair as a response (or a watch event) shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Kv {
     pub key: String,
     pub value: String,
@@ -16,7 +18,7 @@ pub struct Kv {
 }
 
 /// A request of the traffic generator.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Linearizable single-key `Range`.
     Get { key: String },
@@ -43,7 +45,7 @@ pub enum Request {
 }
 
 /// A response as the model predicts it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     Get {
         kv: Option<Kv>,
@@ -77,10 +79,11 @@ pub enum Response {
 
 /// One operation of the history. Times are nanoseconds since the start of
 /// the run, taken on one clock. `ret == None` is an unknown outcome: the
-/// operation may take effect at any point after `call`, or never.
-/// `ret == Some(u64::MAX)` with a response: it took effect (known from the
-/// watch history) at some point after `call`.
-#[derive(Debug, Clone)]
+/// operation may take effect at any point after `call`, or never;
+/// `resp == None` with `ret == Some(t)`: it took effect before `t` or never
+/// (bounded by [`crate::patch`]). `ret == Some(u64::MAX)` with a response:
+/// it took effect (known from the watch history) at some point after `call`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Operation {
     pub client: usize,
     pub req: Request,
@@ -99,7 +102,7 @@ impl fmt::Display for Operation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |t: u64| t as f64 / 1e6;
         match self.ret {
-            Some(r) => write!(
+            Some(r) if self.resp.is_some() => write!(
                 f,
                 "c{} [{:.3}ms..{:.3}ms] {:?} -> {:?}",
                 self.client,
@@ -115,6 +118,15 @@ impl fmt::Display for Operation {
                 ms(self.call),
                 self.req
             ),
+            Some(r) => write!(
+                f,
+                "c{} [{:.3}ms..{:.3}ms?] {:?} -> unknown (took effect before {:.3}ms or never)",
+                self.client,
+                ms(self.call),
+                ms(r),
+                self.req,
+                ms(r)
+            ),
         }
     }
 }
@@ -122,7 +134,7 @@ impl fmt::Display for Operation {
 /// A serializable (stale) read of one key from one member: it must equal
 /// the state at the revision in its header (checked against the watch
 /// ground truth, not for linearizability).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StaleRead {
     pub member: usize,
     pub key: String,
@@ -131,7 +143,7 @@ pub struct StaleRead {
 }
 
 /// Everything a run recorded.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
     pub ops: Vec<Operation>,
     pub stale_reads: Vec<StaleRead>,

@@ -8,17 +8,24 @@
 //!   [`history::History`] (call/return times, unknown outcomes) and
 //!   watchers recording their streams;
 //! * [`linearizability`]: a WGL/porcupine-style search over [`model`] (etcd's
-//!   key space with revisions and leases), reporting a minimal failing prefix;
+//!   key space with revisions and leases) with the watch history as oracle,
+//!   after a direct revision-order check, reporting a minimal failing prefix;
+//! * [`patch`]: unknown outcomes decided or bounded with the watch history
+//!   (etcd's `patchedOperationHistory` and more);
+//! * [`checks`]: every check of a finished run on its [`checks::RunRecord`]
+//!   (saved as JSON, re-checked offline with the `check_dump` example);
 //! * [`watch`]: ordered, unique, atomic, reliable, resumable, bookmarkable,
 //!   prev_kv and filter checks, against each other and the KV history;
 //! * [`lease`]: a lease client keeping a lease alive through the faults,
 //!   and the check that its key never expires early nor late;
 //! * [`seed`]: the run's seed (printed; `RETCD_ROBUSTNESS_SEED` replays it).
 
+pub mod checks;
 pub mod history;
 pub mod lease;
 pub mod linearizability;
 pub mod model;
+pub mod patch;
 pub mod proxy;
 pub mod seed;
 pub mod traffic;
@@ -26,3 +33,5 @@ pub mod watch;
 
 #[cfg(test)]
 mod checker_tests;
+#[cfg(test)]
+mod long_history_tests;

@@ -9,8 +9,9 @@
 //! `{rev 6, a=y@6 (create 4, version 2)}`; answered `rev 7` it is rejected
 //! (a revision was skipped or another write is missing).
 //!
-//! An unknown outcome has two successors: the write applied (with any
-//! response) or not at all. Reads only filter.
+//! An unknown outcome, when the search linearizes it, took effect there
+//! (with whatever response); "it never happened" is the search's business
+//! (it leaves the operation out). Reads only filter.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -157,7 +158,7 @@ impl KvState {
     }
 
     /// The successor states of `self` for `req` answered `resp`
-    /// (`None` = unknown outcome), pushed into `out`.
+    /// (`None` = unknown outcome, taking effect now), pushed into `out`.
     pub fn step(&self, req: &Request, resp: Option<&Response>, out: &mut Vec<KvState>) {
         match resp {
             Some(r) => {
@@ -166,14 +167,14 @@ impl KvState {
                     out.push(next);
                 }
             }
+            // Linearized here, an unknown outcome took effect here (the
+            // search leaves it pending or skips it for "did not happen").
             None => {
-                out.push(self.clone());
-                if !matches!(req, Request::Get { .. } | Request::Range { .. }) {
-                    let mut next = self.clone();
-                    if next.apply(req) != Response::LeaseNotFound {
-                        out.push(next);
-                    }
+                let mut next = self.clone();
+                if next.apply(req) == Response::LeaseNotFound {
+                    next = self.clone();
                 }
+                out.push(next);
             }
         }
     }

@@ -17,7 +17,7 @@ use crate::history::{History, Kv, Operation, Request, Response, StaleRead};
 use crate::watch::{EventKind, Filter, WatchEvent, WatchItem, WatchRecord};
 
 /// One clock for the whole run (call/return times are nanoseconds on it).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct Clock(Instant);
 
 impl Clock {
@@ -502,6 +502,8 @@ pub struct WatcherConfig {
     pub start_rev: i64,
     /// Ask for a progress notification this often.
     pub progress_every: Duration,
+    /// The run's clock (receipt times of event responses).
+    pub clock: Clock,
 }
 
 /// Runs a watcher until it has seen `target` (once set > 0) or `deadline_after_target` passes after
@@ -613,7 +615,7 @@ pub async fn run_watcher(
                                             }).collect();
                                             let last = events.iter().map(|e| e.kv.mod_revision).max().unwrap_or(0);
                                             resume = resume.max(last + 1);
-                                            rec.items.push(WatchItem::Events { header_rev: hrev, events });
+                                            rec.items.push(WatchItem::Events { header_rev: hrev, events, time: cfg.clock.now() });
                                         }
                                     }
                                 }

@@ -9,15 +9,17 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::history::{History, Kv, Request, Response};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EventKind {
     Put,
     Delete,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchEvent {
     pub kind: EventKind,
     /// For a delete: key and `mod_revision` (the deletion revision) only.
@@ -26,12 +28,14 @@ pub struct WatchEvent {
 }
 
 /// One thing a watcher's stream delivered (or that happened to it).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum WatchItem {
-    /// A response with events.
+    /// A response with events, received at `time` (ns on the run's clock).
     Events {
         header_rev: i64,
         events: Vec<WatchEvent>,
+        #[serde(default)]
+        time: u64,
     },
     /// A progress notification (response with no events, not created/canceled).
     Progress { rev: i64 },
@@ -42,7 +46,7 @@ pub enum WatchItem {
     Compacted { compact_rev: i64 },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Filter {
     None,
     NoPut,
@@ -50,7 +54,7 @@ pub enum Filter {
 }
 
 /// What one watcher saw.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WatchRecord {
     pub id: usize,
     pub member: usize,
@@ -83,6 +87,13 @@ pub struct WatchReport {
     pub violations: Vec<String>,
     /// Ground truth: every event by revision, merged from unfiltered watchers.
     pub events_by_rev: BTreeMap<i64, Vec<WatchEvent>>,
+    /// Whether the ground truth can be trusted as the sequence of every
+    /// revision: no revision missing up to the final one, the watchers
+    /// agree, and replaying it is consistent (create revisions, versions,
+    /// deletes of existing keys). Other watch violations (a lost event on
+    /// one stream, a wrong `prev_kv`, an acknowledged write missing) leave
+    /// it usable.
+    pub truth_consistent: bool,
 }
 
 impl WatchReport {
@@ -106,7 +117,10 @@ pub fn check(
     init_rev: i64,
     final_rev: i64,
 ) -> WatchReport {
-    let mut rep = WatchReport::default();
+    let mut rep = WatchReport {
+        truth_consistent: true,
+        ..Default::default()
+    };
     // Per-watcher properties.
     for w in records {
         let mut last: i64 = w.start_rev - 1;
@@ -116,7 +130,9 @@ pub fn check(
         let mut expect_next: Option<i64> = Some(w.start_rev);
         for item in &w.items {
             match item {
-                WatchItem::Events { header_rev, events } => {
+                WatchItem::Events {
+                    header_rev, events, ..
+                } => {
                     if events.is_empty() {
                         continue;
                     }
@@ -236,6 +252,7 @@ pub fn check(
                             let eq = t.len() == evs.len()
                                 && t.iter().zip(&evs).all(|(a, b)| same_event(a, b));
                             if !eq {
+                                rep.truth_consistent = false;
                                 rep.v(format!("watchers disagree at revision {r}: {t:?} vs (watcher {}) {evs:?}", w.id));
                             }
                         }
@@ -248,9 +265,13 @@ pub fn check(
     let mut expect = init_rev + 1;
     for &r in truth.keys() {
         if r != expect {
+            rep.truth_consistent = false;
             rep.v(format!("no watcher saw revisions {expect}..{}", r - 1));
         }
         expect = r + 1;
+    }
+    if expect <= final_rev {
+        rep.truth_consistent = false;
     }
     // Replay the truth: prev_kv, create/version consistency, and state by revision.
     let mut state: BTreeMap<String, Kv> = BTreeMap::new();
@@ -265,6 +286,7 @@ pub fn check(
                         .map(|b| (b.create_revision, b.version + 1))
                         .unwrap_or((*r, 1));
                     if e.kv.create_revision != c || e.kv.version != v {
+                        rep.truth_consistent = false;
                         rep.v(format!(
                             "event put {} at {r}: create_revision {} version {}, expected {c} {v}",
                             e.kv.key, e.kv.create_revision, e.kv.version
@@ -274,6 +296,7 @@ pub fn check(
                 }
                 EventKind::Delete => {
                     if before.is_none() {
+                        rep.truth_consistent = false;
                         rep.v(format!(
                             "event delete {} at {r} of a key that does not exist",
                             e.kv.key
@@ -394,73 +417,4 @@ pub fn check(
     }
     rep.events_by_rev = truth;
     rep
-}
-
-/// Resolves unknown-outcome writes with the watch ground truth (as etcd's
-/// robustness suite does): values are unique, so an unknown `Put`/`Cas`
-/// whose value appears in an event at revision R *did* happen, answered
-/// R (its return time stays +∞); one whose value never appears, in a
-/// complete ground truth, did not happen and is removed. This keeps the
-/// search from trying every position for writes whose fate is known.
-/// Only call it when the watch checks found the truth complete.
-pub fn resolve_unknown_writes(history: &mut History, truth: &BTreeMap<i64, Vec<WatchEvent>>) {
-    let mut rev_of_value: HashMap<&str, i64> = HashMap::new();
-    for (r, evs) in truth {
-        for e in evs {
-            if e.kind == EventKind::Put {
-                rev_of_value.insert(e.kv.value.as_str(), *r);
-            }
-        }
-    }
-    let deleted: HashSet<&str> = truth
-        .values()
-        .flatten()
-        .filter(|e| e.kind == EventKind::Delete)
-        .map(|e| e.kv.key.as_str())
-        .collect();
-    // Leases some answered operation depends on.
-    let observed_leases: HashSet<i64> = history
-        .ops
-        .iter()
-        .filter(|o| o.resp.is_some())
-        .filter_map(|o| match &o.req {
-            Request::Put { lease, .. } if *lease != 0 => Some(*lease),
-            Request::LeaseRevoke { id } => Some(*id),
-            _ => None,
-        })
-        .collect();
-    history.ops.retain_mut(|op| {
-        if op.resp.is_some() {
-            return true;
-        }
-        match &op.req {
-            // No delete event of the key at all: it deleted nothing, if it ran.
-            Request::Delete { key } => deleted.contains(key.as_str()),
-            // Nothing answered depends on this lease: invisible either way.
-            Request::LeaseGrant { id } => observed_leases.contains(id),
-            Request::Put { value, .. } => match rev_of_value.get(value.as_str()) {
-                Some(&rev) => {
-                    op.resp = Some(Response::Put { rev });
-                    op.ret = Some(u64::MAX);
-                    true
-                }
-                None => false,
-            },
-            Request::Cas { value, .. } => match rev_of_value.get(value.as_str()) {
-                Some(&rev) => {
-                    op.resp = Some(Response::Cas {
-                        succeeded: true,
-                        kv: None,
-                        rev,
-                    });
-                    op.ret = Some(u64::MAX);
-                    true
-                }
-                // A CAS that did not put either failed its compare (a read)
-                // or never ran: either way it changed nothing.
-                None => false,
-            },
-            _ => true,
-        }
-    });
 }
