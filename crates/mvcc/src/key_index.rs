@@ -105,11 +105,16 @@ impl KeyIndex {
             self.key
         );
         if self.generations.is_empty() {
+            // Most keys live one generation with few revisions: exact
+            // first allocations (Vec's default first capacity, 4, made
+            // the index ~2× larger for 100k keys written once).
+            self.generations.reserve_exact(1);
             self.generations.push(Generation::default());
         }
         let g = self.generations.last_mut().expect("non-empty");
         if g.revs.is_empty() {
             g.created = rev;
+            g.revs.reserve_exact(1);
         }
         g.revs.push(rev);
         g.ver += 1;
