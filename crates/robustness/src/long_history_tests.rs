@@ -56,7 +56,7 @@ fn simulate_with_pauses(
         let mut granted: Vec<i64> = Vec::new();
         let mut revoked: Vec<i64> = Vec::new();
         for seq in 0..ops_per_client as i64 {
-            if pause_every > 0 && seq > 0 && seq as usize % pause_every == 0 {
+            if pause_every > 0 && seq > 0 && (seq as usize).is_multiple_of(pause_every) {
                 // Rounds are far enough apart that every op of the last
                 // one (unknown outcomes included) is over.
                 let round = seq as u64 / pause_every as u64;
