@@ -27,6 +27,7 @@ pub mod linearizability;
 pub mod model;
 pub mod patch;
 pub mod proxy;
+mod search;
 pub mod seed;
 pub mod traffic;
 pub mod watch;

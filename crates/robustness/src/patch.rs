@@ -41,6 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::history::{History, Kv, Operation, Request, Response};
 use crate::linearizability::response_rev;
+use crate::search::{claimed_rev, lease_of};
 use crate::watch::{EventKind, WatchEvent, WatchItem, WatchRecord};
 
 /// The watch history as ground truth (see the module doc).
@@ -158,28 +159,6 @@ impl Truth {
             return None;
         }
         Some(evs.iter().map(|e| e.kv.key.as_str()).collect())
-    }
-}
-
-/// The revision a known response claims as made by its operation.
-fn claimed_rev(op: &Operation) -> Option<i64> {
-    match op.resp.as_ref()? {
-        Response::Put { rev } => Some(*rev),
-        Response::Delete { deleted, rev } if *deleted > 0 => Some(*rev),
-        Response::Cas {
-            succeeded: true,
-            rev,
-            ..
-        } => Some(*rev),
-        _ => None,
-    }
-}
-
-fn lease_of(req: &Request) -> Option<i64> {
-    match req {
-        Request::Put { lease, .. } if *lease != 0 => Some(*lease),
-        Request::LeaseRevoke { id } | Request::LeaseGrant { id } => Some(*id),
-        _ => None,
     }
 }
 
