@@ -90,6 +90,18 @@ pub fn over_at_apply(quota: Option<u64>, size: u64, req: &InternalRaftRequest) -
     !fits(quota, size, cost)
 }
 
+/// The raft request raising NOSPACE for `member_id`.
+pub fn nospace_alarm(member_id: u64) -> InternalRaftRequest {
+    InternalRaftRequest {
+        alarm: Some(AlarmRequest {
+            action: AlarmAction::Activate as i32,
+            member_id,
+            alarm: AlarmType::Nospace as i32,
+        }),
+        ..Default::default()
+    }
+}
+
 /// The check the KV and Lease services make before proposing: on failure,
 /// raises NOSPACE for this member and answers `NoSpace`.
 pub async fn check(server: &EtcdServer, cost: u64) -> Result<(), ServerError> {
@@ -97,15 +109,7 @@ pub async fn check(server: &EtcdServer, cost: u64) -> Result<(), ServerError> {
         return Ok(());
     }
     if !server.shared.alarms.has(AlarmType::Nospace) {
-        let req = InternalRaftRequest {
-            alarm: Some(AlarmRequest {
-                action: AlarmAction::Activate as i32,
-                member_id: server.member_id,
-                alarm: AlarmType::Nospace as i32,
-            }),
-            ..Default::default()
-        };
-        if let Err(e) = server.propose(req).await {
+        if let Err(e) = server.propose(nospace_alarm(server.member_id)).await {
             tracing::warn!(error = %e, "failed to raise the NOSPACE alarm");
         }
     }

@@ -26,7 +26,7 @@ use prost::Message as _;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, SnapshotStatus, StateRole};
-use retcd_api::etcdserverpb::{alarm_request::AlarmAction, AlarmRequest, AlarmType};
+use retcd_api::etcdserverpb::AlarmType;
 use retcd_api::mvccpb::Event;
 use retcd_api::retcdpb::InternalRaftRequest;
 use retcd_mvcc::KvStore;
@@ -246,12 +246,7 @@ impl RaftNode {
         match input {
             RaftInput::Propose { id, data } => {
                 if let Err(e) = self.raw.propose(vec![], data) {
-                    self.shared.metrics.proposals_failed.inc();
-                    let err = match e {
-                        raft::Error::ProposalDropped => ServerError::NoLeader,
-                        other => ServerError::Internal(other.to_string()),
-                    };
-                    self.shared.wait.trigger(id, Err(err));
+                    self.proposal_failed(id, e);
                 }
             }
             RaftInput::Step(m) => {
@@ -293,13 +288,18 @@ impl RaftNode {
             return;
         }
         if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
-            self.shared.metrics.proposals_failed.inc();
-            let err = match e {
-                raft::Error::ProposalDropped => ServerError::NoLeader,
-                other => ServerError::Internal(other.to_string()),
-            };
-            self.shared.wait.trigger(id, Err(err));
+            self.proposal_failed(id, e);
         }
+    }
+
+    /// Answers the proposer of `id` whose proposal raft refused.
+    fn proposal_failed(&self, id: u64, e: raft::Error) {
+        self.shared.metrics.proposals_failed.inc();
+        let err = match e {
+            raft::Error::ProposalDropped => ServerError::NoLeader,
+            other => ServerError::Internal(other.to_string()),
+        };
+        self.shared.wait.trigger(id, Err(err));
     }
 
     fn retry_deferred_conf_changes(&mut self) {
@@ -484,15 +484,8 @@ impl RaftNode {
             member = %format!("{id:x}"),
             "message exceeded backend quota; raising alarm"
         );
-        let req = InternalRaftRequest {
-            alarm: Some(AlarmRequest {
-                action: AlarmAction::Activate as i32,
-                member_id: id,
-                alarm: AlarmType::Nospace as i32,
-            }),
-            ..Default::default()
-        };
         // (dropped while there is no leader: tried again a second later)
+        let req = crate::quota::nospace_alarm(id);
         let _ = self.raw.propose(vec![], req.encode_to_vec());
         self.nospace_proposed = Some(Instant::now());
     }
