@@ -19,6 +19,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .generate_default_stubs(true)
+        // keys and values as `Bytes`: a watch event fanned out to many
+        // watchers shares its key and value instead of copying them
+        .bytes(".mvccpb.KeyValue.key")
+        .bytes(".mvccpb.KeyValue.value")
         .compile_protos(&files, &["proto"])?;
     // Methods a later issue fills in answer UNIMPLEMENTED; say so clearly.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);

@@ -90,7 +90,7 @@ impl Env {
             .unwrap()
             .kvs
             .into_iter()
-            .map(|kv| kv.key)
+            .map(|kv| kv.key.to_vec())
             .collect()
     }
     fn stored_leases(&self) -> Vec<i64> {

@@ -176,7 +176,14 @@ mod tests {
         .unwrap()
         .kvs
         .into_iter()
-        .map(|kv| (kv.key, kv.create_revision, kv.mod_revision, kv.version))
+        .map(|kv| {
+            (
+                kv.key.to_vec(),
+                kv.create_revision,
+                kv.mod_revision,
+                kv.version,
+            )
+        })
         .collect()
     }
 

@@ -86,8 +86,8 @@ fn rng(k: &str, end: &str) -> RangeRequest {
 
 fn kv(k: &str, v: &str, create: i64, modr: i64, ver: i64) -> KeyValue {
     KeyValue {
-        key: k.into(),
-        value: v.into(),
+        key: k.as_bytes().to_vec().into(),
+        value: v.as_bytes().to_vec().into(),
         create_revision: create,
         mod_revision: modr,
         version: ver,
@@ -110,7 +110,7 @@ fn put3(s: &KvStore) -> Vec<KeyValue> {
 fn keys(r: &retcd_api::etcdserverpb::RangeResponse) -> Vec<String> {
     r.kvs
         .iter()
-        .map(|kv| String::from_utf8(kv.key.clone()).unwrap())
+        .map(|kv| String::from_utf8(kv.key.to_vec()).unwrap())
         .collect()
 }
 
@@ -470,7 +470,7 @@ fn test_kv_put_with_options() {
     );
     assert_eq!(
         b.range(&rng("foo", "")).unwrap().kvs[0].value,
-        b"bar",
+        &b"bar"[..],
         "ignore_value keeps the value"
     );
     let r = b

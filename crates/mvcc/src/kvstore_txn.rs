@@ -213,14 +213,14 @@ impl<'a> WriteBatch<'a> {
                 if req.ignore_value {
                     p.value.clone()
                 } else {
-                    req.value.clone()
+                    req.value.clone().into()
                 },
                 if req.ignore_lease { p.lease } else { req.lease },
             ),
-            None => (req.value.clone(), req.lease),
+            None => (req.value.clone().into(), req.lease),
         };
         let kv = KeyValue {
-            key: req.key.clone(),
+            key: req.key.clone().into(),
             create_revision: prev.as_ref().map_or(rev, |p| p.1),
             mod_revision: rev,
             version: prev.as_ref().map_or(0, |p| p.2) + 1,
@@ -279,7 +279,7 @@ impl<'a> WriteBatch<'a> {
             let prev = range::read_kv(&self.wtxn().open_table(KEY)?, *modified)?;
             let idx_rev = Revision::new(rev, op.changes);
             let tomb = KeyValue {
-                key: key.clone(),
+                key: key.clone().into(),
                 ..Default::default()
             };
             self.wtxn().open_table(KEY)?.insert(
@@ -296,7 +296,7 @@ impl<'a> WriteBatch<'a> {
                 });
             op.changes += 1;
             let kv = KeyValue {
-                key: key.clone(),
+                key: key.clone().into(),
                 mod_revision: rev,
                 ..Default::default()
             };
@@ -572,7 +572,7 @@ fn compare_kv(
                 Some(TargetUnion::Value(v)) => v,
                 _ => &empty,
             };
-            kv.value.as_slice().cmp(v.as_slice())
+            kv.value.as_ref().cmp(v.as_slice())
         }
         Some(CompareTarget::Create) => int(
             kv.create_revision,

@@ -74,8 +74,8 @@ impl Model {
         st.insert(
             k.clone(),
             KeyValue {
-                key: k,
-                value: v,
+                key: k.into(),
+                value: v.into(),
                 create_revision: create,
                 mod_revision: rev,
                 version,

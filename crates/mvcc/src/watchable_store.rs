@@ -8,8 +8,9 @@
 //! blocks. A watcher is in one of three states ([`crate::watcher_group`]):
 //!
 //! * **synced**: the apply thread calls [`WatchableStore::notify`] after each
-//!   committed batch; it sends each synced watcher one response per revision
-//!   holding that revision's matching events (all events of a txn together).
+//!   committed batch; it sends each synced watcher one response holding its
+//!   matching events of every revision in the batch (all events of a txn
+//!   together; cut at revision boundaries above [`MERGE_LIMIT_BYTES`]).
 //! * **unsynced**: its start revision is in the past (or it fell behind).
 //!   The `watch-sync` thread reads the history from the backend by
 //!   revision, outside the lock, in chunks of [`MAX_REVS_PER_SYNC`]
@@ -54,7 +55,9 @@
 //! does catch-up reads, victim retries and deferred progress responses. It
 //! ends when the store is dropped.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use foldhash::HashMap;
+use prost::Message as _;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -77,7 +80,11 @@ pub const MAX_WATCHERS_PER_SYNC: usize = 512;
 pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
 /// Period of victim retries while there are victims.
 pub const VICTIM_RETRY: Duration = Duration::from_millis(10);
-/// The watch id of a progress response for the whole stream.
+/// [`WatchableStore::notify`] merges a committed batch's revisions into one
+/// response per watcher up to this many (estimated) bytes of events: well
+/// under gRPC's default 4 MiB receive limit and the fragmenting threshold.
+pub const MERGE_LIMIT_BYTES: usize = 64 * 1024;
+/// Watch id of a stream-wide progress response.
 pub const PROGRESS_ALL_ID: WatchId = -1;
 
 /// Why a [`WatchSink`] refused a response.
@@ -291,42 +298,65 @@ impl WatchableStore {
     /// Hands the events of a committed batch to the synced watchers; `rev`
     /// is the store revision after the batch. Called on the apply thread,
     /// in commit order; never blocks.
+    ///
+    /// A watcher gets one response for the batch holding its events of
+    /// every revision in it, in order (as etcd's catch-up path sends
+    /// several revisions in one response), cut at revision boundaries so
+    /// that no response grows past [`MERGE_LIMIT_BYTES`] unless one
+    /// revision alone does. A revision's events are never split.
     pub fn notify(&self, rev: i64, events: Vec<(i64, Event)>) {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let mut parked = false;
-        let mut start = 0;
-        while start < events.len() {
-            let r = events[start].0;
-            let end = start + events[start..].iter().take_while(|e| e.0 == r).count();
-            let mut batches: Vec<(WatcherKey, Vec<Event>)> = Vec::new();
-            let mut slot: HashMap<WatcherKey, usize> = HashMap::new();
-            for (_, ev) in &events[start..end] {
-                let key = ev
-                    .kv
-                    .as_ref()
-                    .map(|kv| kv.key.as_slice())
-                    .unwrap_or_default();
-                for wk in inner.synced.candidates(key) {
-                    let Some(w) = inner.watchers.get(&wk) else {
+        // watchers in order of their first event in the batch, with the
+        // response being built: (events, encoded size bound, last revision)
+        let mut pending: Vec<(WatcherKey, Vec<Event>, usize, i64)> = Vec::new();
+        let mut slot: HashMap<WatcherKey, usize> = HashMap::default();
+        let mut cands: Vec<WatcherKey> = Vec::new();
+        for (r, ev) in &events {
+            let r = *r;
+            let key = ev.kv.as_ref().map(|kv| kv.key.as_ref()).unwrap_or_default();
+            // encoded size bounds, without and with prev_kv
+            let size = ev.kv.as_ref().map_or(0, |kv| kv.encoded_len()) + 8;
+            let size_prev = size + ev.prev_kv.as_ref().map_or(0, |kv| kv.encoded_len() + 4);
+            cands.clear();
+            cands.extend(inner.synced.candidates(key));
+            for &wk in &cands {
+                let Some(w) = inner.watchers.get(&wk) else {
+                    continue;
+                };
+                if w.min_rev > r || !w.range.contains(key) {
+                    continue;
+                }
+                let Some(e) = w.filter(ev) else { continue };
+                let i = *slot.entry(wk).or_insert_with(|| {
+                    pending.push((wk, Vec::new(), 0, r));
+                    pending.len() - 1
+                });
+                let p = &mut pending[i];
+                let size = if e.prev_kv.is_some() { size_prev } else { size };
+                // a new revision for this watcher: the response may be cut
+                // here (never inside a revision)
+                if p.3 != r && !p.1.is_empty() && p.2 + size > MERGE_LIMIT_BYTES {
+                    let full = std::mem::take(&mut p.1);
+                    p.2 = 0;
+                    if !inner.send_or_park(wk, response(wk.1, p.3, full), p.3 + 1) {
+                        // parked: it left the synced set, so no later
+                        // revision of this batch reaches it; the sync
+                        // thread reads them from history
+                        parked = true;
                         continue;
-                    };
-                    if w.min_rev > r || !w.range.contains(key) {
-                        continue;
-                    }
-                    if let Some(e) = w.filter(ev) {
-                        let i = *slot.entry(wk).or_insert_with(|| {
-                            batches.push((wk, Vec::new()));
-                            batches.len() - 1
-                        });
-                        batches[i].1.push(e);
                     }
                 }
+                p.1.push(e);
+                p.2 += size;
+                p.3 = r;
             }
-            for (wk, evs) in batches {
-                parked |= !inner.send_or_park(wk, response(wk.1, r, evs), r + 1);
+        }
+        for (wk, evs, _, last) in pending {
+            if !evs.is_empty() {
+                parked |= !inner.send_or_park(wk, response(wk.1, last, evs), last + 1);
             }
-            start = end;
         }
         inner.rev = inner.rev.max(rev);
         drop(guard);
@@ -542,7 +572,7 @@ impl WatchableStore {
                 .filter(|(r, ev)| {
                     *r >= c.min_rev
                         && c.range
-                            .contains(ev.kv.as_ref().map(|k| k.key.as_slice()).unwrap_or_default())
+                            .contains(ev.kv.as_ref().map(|k| k.key.as_ref()).unwrap_or_default())
                 })
                 .filter_map(|(_, ev)| w.filter(ev))
                 .collect();
@@ -574,7 +604,7 @@ impl WatchableStore {
                 continue;
             }
             let req = RangeRequest {
-                key: kv.key.clone(),
+                key: kv.key.to_vec(),
                 revision: *r - 1,
                 ..Default::default()
             };

@@ -100,7 +100,7 @@ fn collect(rx: &Receiver<WatchResponse>, n: usize) -> Vec<(i64, String, i32)> {
             let kv = e.kv.unwrap();
             out.push((
                 kv.mod_revision,
-                String::from_utf8(kv.key).unwrap(),
+                String::from_utf8(kv.key.to_vec()).unwrap(),
                 e.r#type,
             ));
         }
@@ -122,7 +122,7 @@ fn test_watch() {
     assert_eq!(r.events.len(), 1);
     let kv = r.events[0].kv.as_ref().unwrap();
     assert_eq!(
-        (kv.key.as_slice(), kv.value.as_slice()),
+        (kv.key.as_ref(), kv.value.as_ref()),
         (&b"foo"[..], &b"y"[..])
     );
     assert!(r.events[0].prev_kv.is_none());
@@ -264,14 +264,34 @@ fn test_watch_txn_events_in_one_response() {
         b.txn(&txn, &NoLeases).unwrap();
         b.put(&put_req("d", "2"), &NoLeases).unwrap();
     });
-    let r = recv(&rx);
-    assert_eq!(r.header.unwrap().revision, 3);
-    let types: Vec<i32> = r.events.iter().map(|e| e.r#type).collect();
-    let (p, d) = (EventType::Put as i32, EventType::Delete as i32);
-    assert_eq!(types, vec![p, p, d]);
+    // one batch: both revisions in one response, the txn's events together
     let r = recv(&rx);
     assert_eq!(r.header.unwrap().revision, 4);
-    assert_eq!(r.events.len(), 1);
+    let got: Vec<(i32, i64)> = r
+        .events
+        .iter()
+        .map(|e| (e.r#type, e.kv.as_ref().unwrap().mod_revision))
+        .collect();
+    let (p, d) = (EventType::Put as i32, EventType::Delete as i32);
+    assert_eq!(got, vec![(p, 3), (p, 3), (d, 3), (p, 4)]);
+    // a txn alone in its batch
+    t.apply(|b| {
+        let txn = TxnRequest {
+            success: vec![
+                RequestOp {
+                    request: Some(request_op::Request::RequestPut(put_req("e", "1"))),
+                },
+                RequestOp {
+                    request: Some(request_op::Request::RequestPut(put_req("f", "1"))),
+                },
+            ],
+            ..Default::default()
+        };
+        b.txn(&txn, &NoLeases).unwrap();
+    });
+    let r = recv(&rx);
+    assert_eq!(r.header.unwrap().revision, 5);
+    assert_eq!(r.events.len(), 2);
 }
 
 #[test]
@@ -306,7 +326,7 @@ fn test_watch_filters_and_prev_kv() {
     }
     let p = got.iter().find(|r| r.watch_id == prev).unwrap();
     assert_eq!(p.events[0].r#type, EventType::Put as i32);
-    assert_eq!(p.events[0].prev_kv.as_ref().unwrap().value, b"1");
+    assert_eq!(p.events[0].prev_kv.as_ref().unwrap().value, &b"1"[..]);
     let d = got.iter().find(|r| r.watch_id == noput).unwrap();
     assert_eq!(d.events[0].r#type, EventType::Delete as i32);
     assert!(d.events[0].prev_kv.is_none());
@@ -326,8 +346,8 @@ fn test_watch_filters_and_prev_kv() {
     assert_eq!(r.watch_id, h);
     assert_eq!(r.events.len(), 3);
     assert!(r.events[0].prev_kv.is_none(), "a creation has no prev_kv");
-    assert_eq!(r.events[1].prev_kv.as_ref().unwrap().value, b"1");
-    assert_eq!(r.events[2].prev_kv.as_ref().unwrap().value, b"2");
+    assert_eq!(r.events[1].prev_kv.as_ref().unwrap().value, &b"1"[..]);
+    assert_eq!(r.events[2].prev_kv.as_ref().unwrap().value, &b"2"[..]);
 }
 
 /// A full channel parks the watcher (notify never blocks); once the reader
@@ -443,4 +463,89 @@ fn test_events_between() {
     assert_eq!(evs.len(), 2);
     assert_eq!(evs[1].r#type, EventType::Delete as i32);
     assert_eq!(evs[1].kv.as_ref().unwrap().mod_revision, 4);
+}
+
+/// Applies several puts as one committed batch (one raft Ready), notified
+/// once, as the apply thread does with a group commit.
+fn apply_puts(t: &T, puts: &[(&str, String)]) {
+    t.apply(|b| {
+        for (k, v) in puts {
+            b.put(&put_req(k, v), &NoLeases).unwrap();
+        }
+    });
+}
+
+#[test]
+fn test_notify_merges_revisions_of_a_batch() {
+    let t = setup();
+    let (s, rx) = t.stream(16);
+    let a = watch(&s, "a", "", from(0));
+    let all = watch(&s, "a", "c", from(0));
+    apply_puts(
+        &t,
+        &[
+            ("a", "1".into()),
+            ("b", "2".into()),
+            ("a", "3".into()),
+            ("z", "4".into()),
+        ],
+    );
+    let mut got = [recv(&rx), recv(&rx)];
+    got.sort_by_key(|r| r.watch_id);
+    let revs = |r: &WatchResponse| {
+        r.events
+            .iter()
+            .map(|e| e.kv.as_ref().unwrap().mod_revision)
+            .collect::<Vec<_>>()
+    };
+    // one response per watcher for the whole batch, header at its last event
+    assert_eq!((got[0].watch_id, revs(&got[0])), (a, vec![2, 4]));
+    assert_eq!(got[0].header.as_ref().unwrap().revision, 4);
+    assert_eq!((got[1].watch_id, revs(&got[1])), (all, vec![2, 3, 4]));
+    assert_eq!(got[1].header.as_ref().unwrap().revision, 4);
+    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+}
+
+#[test]
+fn test_notify_cuts_large_batches_at_revision_boundaries() {
+    let t = setup();
+    let (s, rx) = t.stream(64);
+    watch(&s, "k", "", from(0));
+    // 20 KiB values: three revisions fit under MERGE_LIMIT_BYTES, a fourth does not
+    let big = "x".repeat(20 * 1024);
+    let puts: Vec<(&str, String)> = (0..10).map(|_| ("k", big.clone())).collect();
+    apply_puts(&t, &puts);
+    let mut revs = Vec::new();
+    let mut sizes = Vec::new();
+    while revs.len() < 10 {
+        let r = recv(&rx);
+        let last = r.events.last().unwrap().kv.as_ref().unwrap().mod_revision;
+        assert_eq!(r.header.as_ref().unwrap().revision, last);
+        sizes.push(r.events.len());
+        revs.extend(r.events.iter().map(|e| e.kv.as_ref().unwrap().mod_revision));
+    }
+    assert_eq!(revs, (2..=11).collect::<Vec<_>>());
+    assert_eq!(
+        sizes,
+        vec![3, 3, 3, 1],
+        "cut when the next revision would pass the limit"
+    );
+}
+
+#[test]
+fn test_notify_victim_mid_batch_loses_nothing() {
+    let t = setup();
+    // room for one response: the second cut of the batch parks the watcher
+    let (s, rx) = t.stream(1);
+    watch(&s, "k", "", from(0));
+    let big = "y".repeat(30 * 1024);
+    let puts: Vec<(&str, String)> = (0..8).map(|_| ("k", big.clone())).collect();
+    apply_puts(&t, &puts);
+    t.put("k", "last");
+    let got = collect(&rx, 9);
+    assert_eq!(
+        got.iter().map(|e| e.0).collect::<Vec<_>>(),
+        (2..=10).collect::<Vec<_>>()
+    );
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
 }

@@ -11,7 +11,8 @@
 //! victim    its stream's channel was full; holds the responses it could not send
 //! ```
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashSet};
+use std::collections::{BTreeSet, VecDeque};
 
 use retcd_api::etcdserverpb::WatchResponse;
 use retcd_api::mvccpb::{event::EventType, Event};
@@ -132,11 +133,15 @@ impl Watcher {
         if (put && self.opts.no_put) || (!put && self.opts.no_delete) {
             return None;
         }
-        let mut e = ev.clone();
-        if !self.opts.prev_kv {
-            e.prev_kv = None;
-        }
-        Some(e)
+        Some(Event {
+            r#type: ev.r#type,
+            kv: ev.kv.clone(),
+            prev_kv: if self.opts.prev_kv {
+                ev.prev_kv.clone()
+            } else {
+                None
+            },
+        })
     }
 }
 

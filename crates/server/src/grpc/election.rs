@@ -195,7 +195,7 @@ impl Election for ElectionService {
                     return;
                 }
                 let mut w = match c
-                    .watch_from(kv.key.clone(), vec![], header.revision + 1)
+                    .watch_from(kv.key.to_vec(), vec![], header.revision + 1)
                     .await
                 {
                     Ok(w) => w,

@@ -1,13 +1,13 @@
 //! etcdserverpb.Watch: one bidirectional stream carries many watchers, as
 //! etcd's `v3rpc/watch.go`.
 //!
-//! Each stream has two tasks and two channels:
+//! Each stream has one task, one channel and the response stream:
 //!
 //! ```text
 //! client ──requests──> recv task ──create/cancel/progress──> WatchStream (mvcc)
 //!                          │ created / canceled responses         │ try_send (apply thread,
 //!                          ▼                                      ▼  sync thread)
-//!                 [stream channel, CHAN_BUF_LEN] ───> send task ──> [out, 16] ──> client
+//!                 [stream channel, CHAN_BUF_LEN] ───> ResponseStream ──> client
 //! ```
 //!
 //! Every response of the stream goes through the one bounded stream channel,
@@ -15,11 +15,12 @@
 //! before its watcher is registered (it precedes every event of the
 //! watcher), a `canceled` response after it is removed (no event follows
 //! it), and a progress response under the store lock (it follows every
-//! event at or below its revision). The send task fills in the header,
-//! splits fragmented responses and drives the progress-notify ticker. When
-//! the client stops reading, the send task waits on `out`, the stream
-//! channel fills, and the store parks the stream's watchers as victims:
-//! apply and other streams go on.
+//! event at or below its revision). The response stream, polled by gRPC
+//! when the connection can take more, fills in the header, splits
+//! fragmented responses and drives the progress-notify ticker. When the
+//! client stops reading, gRPC stops polling, the stream channel fills, and
+//! the store parks the stream's watchers as victims: apply and other
+//! streams go on.
 //!
 //! Bad requests are answered on the stream as etcd does and never end it:
 //! an inverted range or a duplicate client watch id gets `created = true,
@@ -28,9 +29,10 @@
 //!
 //! The stream ends when the client goes away (the receive side fails or
 //! the response stream is dropped); the `WatchStream` is dropped with the
-//! last task, removing its watchers.
+//! last holder, removing its watchers.
 
 use crate::server::EtcdServer;
+use futures::{ready, Stream};
 use parking_lot::Mutex;
 use prost::Message as _;
 use retcd_api::etcdserverpb::watch_create_request::FilterType;
@@ -39,17 +41,17 @@ use retcd_api::etcdserverpb::watch_server::Watch;
 use retcd_api::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
 use retcd_mvcc::{SinkError, WatchOptions, WatchRange, WatchSink, WatchStream};
 use std::collections::HashSet;
+use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Capacity of a stream's response channel (etcd's `chanBufLen`).
 pub const CHAN_BUF_LEN: usize = 128;
-/// Responses buffered between the send task and the gRPC stream.
-const OUT_BUF_LEN: usize = 16;
 
 pub struct WatchService {
     pub server: Arc<EtcdServer>,
@@ -87,7 +89,6 @@ impl Watch for WatchService {
     ) -> Result<Response<BoxStream<WatchResponse>>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(CHAN_BUF_LEN);
-        let (out_tx, out_rx) = mpsc::channel(OUT_BUF_LEN);
         let ws = Arc::new(
             self.server
                 .shared
@@ -96,8 +97,12 @@ impl Watch for WatchService {
         );
         let fragmenting: Fragmenting = Arc::default();
         tokio::spawn(recv_loop(inbound, ws.clone(), tx, fragmenting.clone()));
-        tokio::spawn(send_loop(self.server.clone(), rx, out_tx, ws, fragmenting));
-        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
+        Ok(Response::new(Box::pin(ResponseStream::new(
+            self.server.clone(),
+            rx,
+            ws,
+            fragmenting,
+        ))))
     }
 }
 
@@ -212,42 +217,75 @@ async fn create(
     Create::Started
 }
 
-/// Moves responses from the stream channel to the client until either side
-/// goes away; ticks progress notifications.
-async fn send_loop(
+/// The response stream handed to gRPC: takes responses from the stream
+/// channel, fills in the header, splits fragmented responses and drives
+/// the progress-notify ticker. Polled by the connection's own task, so a
+/// response costs one channel hop. Dropped when the client goes away,
+/// which drops the stream's [`WatchStream`] with it (its watchers end).
+struct ResponseStream {
     server: Arc<EtcdServer>,
-    mut rx: mpsc::Receiver<WatchResponse>,
-    out: mpsc::Sender<Result<WatchResponse, Status>>,
+    rx: mpsc::Receiver<WatchResponse>,
+    ticker: tokio::time::Interval,
     ws: Arc<WatchStream>,
     fragmenting: Fragmenting,
-) {
-    let interval = server.cfg.experimental_watch_progress_notify_interval;
-    let interval = if interval.is_zero() {
-        Duration::from_secs(600)
-    } else {
-        interval
-    };
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-    // etcd splits above the largest request gRPC accepts, not above
-    // --max-request-bytes itself
-    let max = server.cfg.max_request_bytes as usize + crate::config::GRPC_OVERHEAD_BYTES;
-    loop {
-        tokio::select! {
-            r = rx.recv() => {
-                let Some(mut r) = r else { return };
-                let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
-                r.header = Some(server.header(rev));
-                let frag = r.events.len() > 1 && fragmenting.lock().contains(&r.watch_id);
-                let pieces = if frag { fragments(r, max) } else { vec![r] };
-                for p in pieces {
-                    if out.send(Ok(p)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            _ = ticker.tick() => ws.progress_tick(),
-            _ = out.closed() => return,
+    /// The largest response before fragmenting splits it.
+    max: usize,
+    /// Fragments of a split response not yet handed out.
+    queued: VecDeque<WatchResponse>,
+}
+
+impl ResponseStream {
+    fn new(
+        server: Arc<EtcdServer>,
+        rx: mpsc::Receiver<WatchResponse>,
+        ws: Arc<WatchStream>,
+        fragmenting: Fragmenting,
+    ) -> ResponseStream {
+        let interval = server.cfg.experimental_watch_progress_notify_interval;
+        let interval = if interval.is_zero() {
+            Duration::from_secs(600)
+        } else {
+            interval
+        };
+        let ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        // etcd splits above the largest request gRPC accepts, not above
+        // --max-request-bytes itself
+        let max = server.cfg.max_request_bytes as usize + crate::config::GRPC_OVERHEAD_BYTES;
+        ResponseStream {
+            server,
+            rx,
+            ticker,
+            ws,
+            fragmenting,
+            max,
+            queued: VecDeque::new(),
         }
+    }
+}
+
+impl Stream for ResponseStream {
+    type Item = Result<WatchResponse, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(p) = this.queued.pop_front() {
+            return Poll::Ready(Some(Ok(p)));
+        }
+        // a tick queues progress responses into the channel polled below
+        while this.ticker.poll_tick(cx).is_ready() {
+            this.ws.progress_tick();
+        }
+        let Some(mut r) = ready!(this.rx.poll_recv(cx)) else {
+            return Poll::Ready(None);
+        };
+        let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
+        r.header = Some(this.server.header(rev));
+        if r.events.len() > 1 && this.fragmenting.lock().contains(&r.watch_id) {
+            this.queued = fragments(r, this.max).into();
+            let first = this.queued.pop_front();
+            return Poll::Ready(first.map(Ok));
+        }
+        Poll::Ready(Some(Ok(r)))
     }
 }
 
@@ -291,7 +329,7 @@ mod tests {
     fn test_fragments() {
         let ev = |i: u8| Event {
             kv: Some(KeyValue {
-                key: vec![i; 100],
+                key: vec![i; 100].into(),
                 ..Default::default()
             }),
             ..Default::default()
