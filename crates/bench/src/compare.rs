@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::k8s;
 use crate::report::{pid_cpu_secs, rss_bytes, Report};
-use crate::runner::{connect, ConnOpts, Drive};
+use crate::runner::{self, connect, ConnOpts, Drive};
 use crate::watch;
 use crate::workloads::{self, encode_key, KeyOpts};
 
@@ -398,6 +398,7 @@ async fn run_row(row: &str, endpoints: &[String], scale: f64) -> Result<Report> 
         }
         "watch-1000" => {
             let c = connect(&co(10)).await?;
+            let channels = runner::connect_channels(&co(10)).await?;
             let o = watch::WatchOpts {
                 streams: 10,
                 watch_per_stream: 100,
@@ -409,7 +410,7 @@ async fn run_row(row: &str, endpoints: &[String], scale: f64) -> Result<Report> 
                 val_size: 256,
                 drain_timeout: Duration::from_secs(30),
             };
-            watch::watch(&c, &o, false).await?.0
+            watch::watch(&c, &channels, &o, false).await?.0
         }
         "k8s" => {
             let c = connect(&co(10)).await?;

@@ -18,7 +18,7 @@ use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use report::Report;
-use runner::{connect, ConnOpts, Drive};
+use runner::{connect, connect_channels, ConnOpts, Drive};
 use workloads::KeyOpts;
 
 #[derive(Parser, Debug)]
@@ -385,6 +385,7 @@ async fn real_main(cli: Cli) -> Result<()> {
         } => {
             let (ev, puts) = watch::watch(
                 &clients,
+                &connect_channels(&co).await?,
                 &watch_opts(w, *watch_per_stream, *put_total, *put_rate, cli.clients),
                 progress,
             )
@@ -399,6 +400,7 @@ async fn real_main(cli: Cli) -> Result<()> {
         } => {
             let (ev, puts) = watch::watch(
                 &clients,
+                &connect_channels(&co).await?,
                 &watch_opts(w, *watchers_per_stream, *put_total, *put_rate, cli.clients),
                 progress,
             )

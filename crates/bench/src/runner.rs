@@ -37,7 +37,8 @@ pub fn normalize_endpoint(e: &str) -> String {
     }
 }
 
-async fn connect_one(ep: &str, dial_timeout: Duration) -> Result<Client> {
+/// One plain HTTP/2 connection to `ep`.
+async fn dial(ep: &str, dial_timeout: Duration) -> Result<tonic::transport::Channel> {
     // One plain HTTP/2 connection per client, as etcd's benchmark dials one
     // grpc.ClientConn per client: not etcd-client's balanced channel (a
     // load balancer with endpoint discovery over a single endpoint, extra
@@ -49,13 +50,17 @@ async fn connect_one(ep: &str, dial_timeout: Duration) -> Result<Client> {
     } else {
         format!("http://{ep}")
     };
-    let channel = tonic::transport::Endpoint::from_shared(url)
+    tonic::transport::Endpoint::from_shared(url)
         .with_context(|| format!("endpoint {ep}"))?
         .connect_timeout(dial_timeout)
         .tcp_nodelay(true)
         .connect()
         .await
-        .with_context(|| format!("connect to {ep}"))?;
+        .with_context(|| format!("connect to {ep}"))
+}
+
+async fn connect_one(ep: &str, dial_timeout: Duration) -> Result<Client> {
+    let channel = dial(ep, dial_timeout).await?;
     Client::from_channel(
         etcd_client::Channel::Tonic(channel),
         Some(ConnectOptions::new()),
@@ -79,9 +84,9 @@ pub async fn leader_endpoint(endpoints: &[String], dial_timeout: Duration) -> Re
     bail!("no leader found among {endpoints:?}")
 }
 
-/// Opens `conns` connections, spread round-robin over the endpoints (or all
-/// to the leader with `target_leader`).
-pub async fn connect(o: &ConnOpts) -> Result<Vec<Client>> {
+/// The endpoint of each of the `conns` connections: round-robin over the
+/// endpoints (or all the leader with `target_leader`).
+async fn conn_endpoints(o: &ConnOpts) -> Result<Vec<String>> {
     let eps: Vec<String> = o.endpoints.iter().map(|e| normalize_endpoint(e)).collect();
     if eps.is_empty() {
         bail!("no endpoints");
@@ -91,9 +96,28 @@ pub async fn connect(o: &ConnOpts) -> Result<Vec<Client>> {
     } else {
         eps
     };
+    Ok((0..o.conns.max(1))
+        .map(|i| eps[i % eps.len()].clone())
+        .collect())
+}
+
+/// Opens `conns` clients, spread round-robin over the endpoints (or all to
+/// the leader with `target_leader`).
+pub async fn connect(o: &ConnOpts) -> Result<Vec<Client>> {
     let mut out = Vec::with_capacity(o.conns.max(1));
-    for i in 0..o.conns.max(1) {
-        out.push(connect_one(&eps[i % eps.len()], o.dial_timeout).await?);
+    for ep in conn_endpoints(o).await? {
+        out.push(connect_one(&ep, o.dial_timeout).await?);
+    }
+    Ok(out)
+}
+
+/// Opens `conns` raw gRPC channels like [`connect`]'s, for workloads that
+/// use the generated etcd API directly (the watch benchmark decodes events
+/// without copying keys and values).
+pub async fn connect_channels(o: &ConnOpts) -> Result<Vec<tonic::transport::Channel>> {
+    let mut out = Vec::with_capacity(o.conns.max(1));
+    for ep in conn_endpoints(o).await? {
+        out.push(dial(&ep, o.dial_timeout).await?);
     }
     Ok(out)
 }

@@ -10,7 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use etcd_client::{Client, WatchOptions};
+use etcd_client::Client;
+use retcd_api::etcdserverpb::watch_client::WatchClient;
+use retcd_api::etcdserverpb::watch_request::RequestUnion;
+use retcd_api::etcdserverpb::{WatchCreateRequest, WatchRequest};
+use tonic::transport::Channel;
 
 use crate::report::{new_histogram, process_cpu_secs, Report};
 use crate::runner::{progress, run, Drive};
@@ -33,6 +37,7 @@ pub struct WatchOpts {
 /// Returns (events report, puts report).
 pub async fn watch(
     clients: &[Client],
+    channels: &[Channel],
     o: &WatchOpts,
     show_progress: bool,
 ) -> Result<(Report, Report)> {
@@ -60,21 +65,33 @@ pub async fn watch(
     let mut tasks = Vec::new();
     let create_start = Instant::now();
     for s in 0..o.streams.max(1) {
-        let mut wc = clients[s % clients.len()].watch_client();
+        // The generated API straight over the channel: events decode with
+        // their keys and values sharing the receive buffer (no copies), so
+        // the client's cost per event stays well below the servers'.
+        let (req_tx, req_rx) = tokio::sync::mpsc::channel(o.watch_per_stream.max(1) + 1);
         let first = s * o.watch_per_stream.max(1);
-        let mut ws = wc
-            .watch(keys[first % nkeys].clone(), Some(WatchOptions::new()))
-            .await
-            .context("create watch stream")?;
-        for j in 1..o.watch_per_stream.max(1) {
-            ws.watch(keys[(first + j) % nkeys].clone(), Some(WatchOptions::new()))
-                .await?;
+        for j in 0..o.watch_per_stream.max(1) {
+            let create = WatchCreateRequest {
+                key: keys[(first + j) % nkeys].clone(),
+                ..Default::default()
+            };
+            req_tx
+                .send(WatchRequest {
+                    request_union: Some(RequestUnion::CreateRequest(create)),
+                })
+                .await
+                .context("queue watch create")?;
         }
+        let mut stream = WatchClient::new(channels[s % channels.len()].clone())
+            .watch(tokio_stream::wrappers::ReceiverStream::new(req_rx))
+            .await
+            .context("create watch stream")?
+            .into_inner();
         let mut created = 0;
         while created < o.watch_per_stream.max(1) {
-            match ws.message().await? {
-                Some(r) if r.created() => created += 1,
-                Some(r) if r.canceled() => bail!("watch canceled: {}", r.cancel_reason()),
+            match stream.message().await? {
+                Some(r) if r.canceled => bail!("watch canceled: {}", r.cancel_reason),
+                Some(r) if r.created => created += 1,
                 Some(_) => {}
                 None => bail!("watch stream closed while creating watchers"),
             }
@@ -82,11 +99,11 @@ pub async fn watch(
         let expected: u64 = (0..o.watch_per_stream.max(1))
             .map(|j| puts_on((first + j) % nkeys))
             .sum();
-        let (sender, mut stream) = ws.split();
         let received = received.clone();
         let pb = pb.clone();
         tasks.push(tokio::spawn(async move {
-            let _keep = sender;
+            // the request side stays open while events are read
+            let _keep = req_tx;
             let mut h = new_histogram();
             let mut got = 0u64;
             let mut last = Instant::now();
@@ -95,10 +112,10 @@ pub async fn watch(
                     break;
                 };
                 let now = base.elapsed().as_nanos() as u64;
-                let n = r.events().len() as u64;
-                for ev in r.events() {
-                    if let Some(kv) = ev.kv() {
-                        let v = kv.value();
+                let n = r.events.len() as u64;
+                for ev in &r.events {
+                    if let Some(kv) = &ev.kv {
+                        let v = &kv.value;
                         if v.len() >= 8 {
                             let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
                             h.saturating_record(now.saturating_sub(sent).max(1));
