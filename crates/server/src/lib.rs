@@ -20,4 +20,5 @@ pub mod raft_node;
 pub mod raft_storage;
 pub mod run;
 pub mod server;
+pub mod spin;
 pub mod transport;

@@ -98,9 +98,6 @@ pub struct RaftNode {
     pub nospace_proposed: Option<Instant>,
 }
 
-/// How long the raft thread spins for the next input after a busy turn
-/// before it sleeps (see `RaftNode::recv_input`).
-const BUSY_SPIN: Duration = Duration::from_micros(200);
 /// A removed member exits this long after it learnt of its removal (etcd
 /// waits so the change reaches the other members first).
 const REMOVED_EXIT_DELAY: Duration = Duration::from_secs(1);
@@ -244,16 +241,15 @@ impl RaftNode {
         }
     }
 
-    /// The next input, waiting at most `timeout`. After a busy turn it
-    /// first spins for up to [`BUSY_SPIN`]: the next request usually
-    /// arrives within a client round trip, and waking a sleeping thread
-    /// costs tens of microseconds (more on a VM), which is most of a
-    /// lone client's latency besides the fsync. An idle member (turns with
-    /// ticks only) sleeps at once.
+    /// The next input, waiting at most `timeout`. After a busy turn, on a
+    /// quiet member, it first spins for up to [`crate::spin::RAFT_SPIN`]:
+    /// the next request usually arrives within a client round trip, and
+    /// waking a sleeping thread is most of a lone client's latency besides
+    /// the fsync (see `crate::spin`).
     fn recv_input(&self, timeout: Duration, busy: bool) -> Result<RaftInput, RecvTimeoutError> {
         let deadline = Instant::now() + timeout;
-        if busy {
-            let until = Instant::now() + BUSY_SPIN.min(timeout);
+        if busy && self.shared.contention.quiet() {
+            let until = Instant::now() + crate::spin::RAFT_SPIN.min(timeout);
             loop {
                 match self.rx.try_recv() {
                     Ok(input) => return Ok(input),

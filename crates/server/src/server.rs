@@ -19,7 +19,7 @@ use retcd_mvcc::KvStore;
 use retcd_storage::backend::Backend;
 use retcd_storage::wal::Wal;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -52,6 +52,8 @@ pub struct Shared {
     pub watch: Arc<retcd_mvcc::WatchableStore>,
     /// Raised alarms (NOSPACE, CORRUPT); changed only by applied entries.
     pub alarms: crate::alarm::AlarmStore,
+    /// Requests waiting for the raft thread: whether spinning pays.
+    pub contention: crate::spin::Contention,
 }
 
 pub struct EtcdServer {
@@ -66,52 +68,10 @@ pub struct EtcdServer {
     /// Protects the sending side of the raft thread's input queue.
     raft_tx: Mutex<mpsc::Sender<RaftInput>>,
     next_id: AtomicU64,
-    /// Requests now waiting for the raft thread (proposals, ReadIndex).
-    waiting_on_raft: AtomicUsize,
     request_timeout: Duration,
     /// Becomes true once this member's publish (name + client URLs) is
     /// applied; clients are served only from then on, as etcd does.
     pub published: tokio::sync::watch::Sender<bool>,
-}
-
-/// How long a lone request spins for the raft thread's answer before it
-/// yields its tokio worker (see [`LoneWait`]).
-const LONE_WAIT_SPIN: Duration = Duration::from_micros(1000);
-
-/// A request waiting for the raft thread. When it is the only one (a lone
-/// client), it spins for the answer for up to [`LONE_WAIT_SPIN`] instead
-/// of parking its task: the answer comes after one fsync, and waking a
-/// parked tokio worker costs tens of microseconds (more on a VM), a large
-/// share of a lone client's latency. As soon as a second request waits,
-/// spinning stops (it would hold a worker others need) and the usual
-/// `.await` takes over.
-struct LoneWait<'a>(&'a AtomicUsize);
-
-impl<'a> LoneWait<'a> {
-    fn enter(waiting: &'a AtomicUsize) -> LoneWait<'a> {
-        waiting.fetch_add(1, Ordering::AcqRel);
-        LoneWait(waiting)
-    }
-
-    /// The answer if it came while spinning; `Some(None)` if the raft
-    /// thread dropped the sender.
-    fn spin<T>(&self, rx: &mut oneshot::Receiver<T>) -> Option<Option<T>> {
-        let until = std::time::Instant::now() + LONE_WAIT_SPIN;
-        while self.0.load(Ordering::Acquire) == 1 && std::time::Instant::now() < until {
-            match rx.try_recv() {
-                Ok(v) => return Some(Some(v)),
-                Err(oneshot::error::TryRecvError::Closed) => return Some(None),
-                Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
-            }
-        }
-        None
-    }
-}
-
-impl Drop for LoneWait<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl EtcdServer {
@@ -356,6 +316,7 @@ impl EtcdServer {
             watch: retcd_mvcc::WatchableStore::new(kv.clone()),
             alarms: crate::alarm::AlarmStore::load(&backend)
                 .map_err(|e| anyhow::anyhow!("cannot load alarms: {e}"))?,
+            contention: Default::default(),
         });
         let (tx, rx) = mpsc::channel();
         transport.set_peers(meta.member_id, &members, tx.clone());
@@ -403,7 +364,6 @@ impl EtcdServer {
             next_id: AtomicU64::new(
                 ((meta.member_id & 0xffff) << 48) | ((now_ms & 0xff_ffff_ffff) << 8),
             ),
-            waiting_on_raft: AtomicUsize::new(0),
             request_timeout,
             cfg,
         });
@@ -450,14 +410,13 @@ impl EtcdServer {
         if data.len() as u64 > self.cfg.max_request_bytes {
             return Err(ServerError::RequestTooLarge);
         }
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         self.shared.wait.waiters.lock().insert(id, tx);
+        let lone = self.shared.contention.enter();
         if let Err(e) = self.send(RaftInput::Propose { id, data }) {
             self.shared.wait.waiters.lock().remove(&id);
             return Err(e);
         }
-        let lone = LoneWait::enter(&self.waiting_on_raft);
-        let mut rx = rx;
         if let Some(res) = lone.spin(&mut rx) {
             return res.unwrap_or(Err(ServerError::Stopped));
         }
@@ -478,10 +437,9 @@ impl EtcdServer {
     /// Waits until this member has applied everything committed before the
     /// call (ReadIndex). Concurrent callers share one ReadIndex.
     pub async fn linearizable_read_notify(&self) -> Result<(), ServerError> {
-        let (tx, rx) = oneshot::channel();
-        let lone = LoneWait::enter(&self.waiting_on_raft);
+        let (tx, mut rx) = oneshot::channel();
+        let lone = self.shared.contention.enter();
         self.send(RaftInput::ReadIndex(tx))?;
-        let mut rx = rx;
         if let Some(res) = lone.spin(&mut rx) {
             return res.unwrap_or(Err(ServerError::Stopped));
         }

@@ -1,0 +1,169 @@
+//! Bounded spinning for a lone client's latency.
+//!
+//! Waking a sleeping thread costs tens of microseconds here (a futex wake,
+//! an IPI to a halted vCPU), and a lone client's put paid two such wake-ups
+//! on the server besides its fsync: tokio → raft thread and raft thread →
+//! tokio. While requests arrive one at a time, two bounded spins replace
+//! them:
+//!
+//! * the raft thread, after a turn that had input, spins up to
+//!   [`RAFT_SPIN`] for the next input before it sleeps (`RaftNode::recv_input`);
+//! * a request waiting for the raft thread (a proposal or a ReadIndex)
+//!   spins up to [`LONE_WAIT_SPIN`] for its answer instead of parking its
+//!   task ([`Waiting::spin`]).
+//!
+//! Under concurrency spinning only takes CPU from the work that matters,
+//! so both spin only while the member is *quiet*: no two requests have
+//! waited for the raft thread at the same time in the last
+//! [`QUIET_WINDOW`]. A follower (no client requests) counts as quiet. An
+//! idle member never spins (its raft turns are ticks only).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+/// How long the raft thread spins for its next input after a busy turn.
+pub const RAFT_SPIN: Duration = Duration::from_micros(200);
+/// How long a lone request spins for the raft thread's answer.
+pub const LONE_WAIT_SPIN: Duration = Duration::from_micros(1000);
+/// Spinning stops for this long after two requests waited at once.
+pub const QUIET_WINDOW: Duration = Duration::from_millis(50);
+
+/// Counts requests waiting for the raft thread and remembers when two did
+/// at once. Lock-free; shared by tokio tasks and the raft thread.
+#[derive(Debug)]
+pub struct Contention {
+    start: Instant,
+    waiting: AtomicUsize,
+    /// Microseconds after `start` when two requests last waited at once
+    /// (0: never).
+    last_concurrent_us: AtomicU64,
+}
+
+impl Default for Contention {
+    fn default() -> Self {
+        Contention {
+            start: Instant::now(),
+            waiting: AtomicUsize::new(0),
+            last_concurrent_us: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Contention {
+    fn now_us(&self) -> u64 {
+        // +1 so that "never" (0) stays distinct from the first microsecond
+        self.start.elapsed().as_micros() as u64 + 1
+    }
+
+    /// Whether no two requests waited at once in the last [`QUIET_WINDOW`].
+    pub fn quiet(&self) -> bool {
+        let last = self.last_concurrent_us.load(Ordering::Relaxed);
+        last == 0 || self.now_us().saturating_sub(last) >= QUIET_WINDOW.as_micros() as u64
+    }
+
+    /// Registers a request waiting for the raft thread until the returned
+    /// guard is dropped.
+    pub fn enter(&self) -> Waiting<'_> {
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= 1 {
+            self.last_concurrent_us
+                .store(self.now_us(), Ordering::Relaxed);
+        }
+        Waiting(self)
+    }
+}
+
+/// A request waiting for the raft thread (see [`Contention::enter`]).
+pub struct Waiting<'a>(&'a Contention);
+
+impl Waiting<'_> {
+    /// Spins for `rx`'s value while this request is the only one waiting
+    /// and the member is quiet, for up to [`LONE_WAIT_SPIN`]. `None` if it
+    /// did not come (then `.await` it); `Some(None)` if the sender was
+    /// dropped.
+    pub fn spin<T>(&self, rx: &mut oneshot::Receiver<T>) -> Option<Option<T>> {
+        if !self.0.quiet() {
+            return None;
+        }
+        let until = Instant::now() + LONE_WAIT_SPIN;
+        let mut n = 0u32;
+        while self.0.waiting.load(Ordering::Acquire) == 1 {
+            match rx.try_recv() {
+                Ok(v) => return Some(Some(v)),
+                Err(oneshot::error::TryRecvError::Closed) => return Some(None),
+                Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
+            }
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(32) && Instant::now() >= until {
+                break;
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_quiet_until_two_wait_at_once() {
+        let c = Contention::default();
+        assert!(c.quiet());
+        {
+            let _a = c.enter();
+            assert!(c.quiet(), "one waiter alone keeps the member quiet");
+        }
+        let _a = c.enter();
+        let _b = c.enter();
+        assert!(!c.quiet(), "two waiters at once end the quiet");
+    }
+
+    #[test]
+    fn test_spin_returns_a_value_sent_meanwhile() {
+        let c = Contention::default();
+        let w = c.enter();
+        let (tx, mut rx) = oneshot::channel();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_micros(100));
+            let _ = tx.send(7);
+        });
+        // the value comes within the spin (or, on a slow machine, after it)
+        match w.spin(&mut rx) {
+            Some(v) => assert_eq!(v, Some(7)),
+            None => {
+                t.join().unwrap();
+                assert_eq!(rx.try_recv().unwrap(), 7);
+                return;
+            }
+        }
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn test_no_spin_while_another_waits() {
+        let c = Contention::default();
+        let _other = c.enter();
+        let w = c.enter();
+        let (_tx, mut rx) = oneshot::channel::<u8>();
+        let started = Instant::now();
+        assert!(w.spin(&mut rx).is_none());
+        assert!(started.elapsed() < LONE_WAIT_SPIN);
+    }
+
+    #[test]
+    fn test_spin_reports_a_dropped_sender() {
+        let c = Contention::default();
+        let w = c.enter();
+        let (tx, mut rx) = oneshot::channel::<u8>();
+        drop(tx);
+        assert_eq!(w.spin(&mut rx), Some(None));
+    }
+}
