@@ -797,6 +797,9 @@ impl RaftNode {
             .store(r.raft_log.committed, Ordering::Release);
         s.raft_index
             .store(r.raft_log.last_index(), Ordering::Release);
+        s.contention.set_sole_voter(
+            r.prs().conf().voters().is_singleton() && r.prs().conf().voters().contains(r.id),
+        );
     }
 }
 
