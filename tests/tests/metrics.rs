@@ -95,3 +95,51 @@ async fn metrics_use_etcd_names_and_wal_fsyncs_are_shared() {
     })
     .await;
 }
+
+/// A hard state that only moves the commit index is written without an
+/// fsync (etcd's `MustSync`): on a 3-member cluster a follower pays one
+/// fsync per replicated put, not one for the entry and one more for the
+/// commit index the leader sends after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_fsync_once_per_sequential_put() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, &[]).await.expect("start");
+        c.wait_all_ready(Duration::from_secs(30)).await.expect("ready");
+        let mut leader = None;
+        for i in 0..3 {
+            let (id, lead) = c.status_of(i).await.expect("status");
+            if id == lead {
+                leader = Some(i);
+            }
+        }
+        let leader = leader.expect("a leader");
+        let eps = c.endpoints();
+        let fsyncs = |i: usize| {
+            sample(
+                &http_get(&eps[i], "/metrics"),
+                "etcd_disk_wal_fsync_duration_seconds_count",
+            )
+            .expect("fsync count")
+        };
+        // let the cluster's own start-up writes settle
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before: Vec<f64> = (0..3).map(fsyncs).collect();
+        let mut client = c.client(leader).await.expect("client");
+        const PUTS: usize = 100;
+        for j in 0..PUTS {
+            client.put(format!("seq/{j}"), "v", None).await.expect("put");
+        }
+        // the last commit index reaches the followers with the next heartbeat
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for (i, b) in before.iter().enumerate() {
+            let n = fsyncs(i) - b;
+            eprintln!("member {i} (leader {leader}): {n} WAL fsyncs for {PUTS} sequential puts");
+            assert!(n >= PUTS as f64 * 0.9, "member {i}: {n} fsyncs for {PUTS} puts");
+            assert!(
+                n <= PUTS as f64 * 1.2,
+                "member {i}: {n} WAL fsyncs for {PUTS} sequential puts: commit-only hard states are synced"
+            );
+        }
+    })
+    .await;
+}

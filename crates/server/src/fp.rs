@@ -42,12 +42,17 @@ fn enabled(name: &str) -> bool {
 }
 
 /// `Wal::save`, subject to `raft_skip_wal_save` and `raft_wal_fsync_error`.
-pub fn wal_save(wal: &mut Wal, hs: Option<&[u8]>, entries: &[WalEntry]) -> Result<(), WalError> {
+pub fn wal_save(
+    wal: &mut Wal,
+    hs: Option<&[u8]>,
+    entries: &[WalEntry],
+    sync: bool,
+) -> Result<(), WalError> {
     if enabled("raft_skip_wal_save") {
         return Ok(());
     }
-    wal.save(hs, entries)?;
-    if enabled("raft_wal_fsync_error") {
+    wal.save_opt(hs, entries, sync)?;
+    if sync && enabled("raft_wal_fsync_error") {
         return Err(WalError::Io {
             context: "fdatasync (failpoint raft_wal_fsync_error)".into(),
             source: std::io::Error::other("injected fsync error"),

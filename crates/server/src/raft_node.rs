@@ -423,16 +423,29 @@ impl RaftNode {
             let hs_bytes = hs
                 .as_ref()
                 .map(|h| h.write_to_bytes().expect("encode hard state"));
+            // etcd's MustSync: entries, or a new term or vote, must be
+            // durable before anything depends on them; a hard state that
+            // only moved the commit index is written without an fsync
+            // (commit is volatile in raft; restart copes with a stale one)
+            let prev = self.storage.hard_state();
+            let must_sync = !entries.is_empty()
+                || hs
+                    .as_ref()
+                    .is_some_and(|h| h.term != prev.term || h.vote != prev.vote);
             let started = Instant::now();
             crate::fp::point("raft_before_save_wal");
-            if let Err(e) = crate::fp::wal_save(&mut self.wal, hs_bytes.as_deref(), &wal_entries) {
+            if let Err(e) =
+                crate::fp::wal_save(&mut self.wal, hs_bytes.as_deref(), &wal_entries, must_sync)
+            {
                 fatal(&format!("failed to save to the WAL: {e}"));
             }
             crate::fp::point("raft_after_save_wal");
-            self.shared
-                .metrics
-                .wal_fsync
-                .observe(started.elapsed().as_secs_f64());
+            if must_sync {
+                self.shared
+                    .metrics
+                    .wal_fsync
+                    .observe(started.elapsed().as_secs_f64());
+            }
             self.storage.append(&entries);
             if let Some(h) = hs {
                 self.storage.set_hard_state(h);

@@ -393,6 +393,20 @@ impl Wal {
     /// An `Err` does not mean nothing reached disk; after a write or sync
     /// failure every further call fails with [`WalError::Failed`].
     pub fn save(&mut self, hard_state: Option<&[u8]>, entries: &[WalEntry]) -> Result<()> {
+        self.save_opt(hard_state, entries, true)
+    }
+
+    /// [`Wal::save`], with the fdatasync only if `sync` (etcd's `MustSync`:
+    /// a hard state whose term and vote did not change, with no entries,
+    /// only moved the commit index, which raft keeps volatile). An unsynced
+    /// record becomes durable with the next synced save; a crash before it
+    /// may leave it torn at the tail, which [`Wal::open`] cuts as usual.
+    pub fn save_opt(
+        &mut self,
+        hard_state: Option<&[u8]>,
+        entries: &[WalEntry],
+        sync: bool,
+    ) -> Result<()> {
         self.check_usable()?;
         if hard_state.is_none() && entries.is_empty() {
             return Ok(());
@@ -407,7 +421,7 @@ impl Wal {
         if let Some(hs) = hard_state {
             enc.hard_state(&mut buf, hs)?;
         }
-        self.append_and_sync(&buf, enc)?;
+        self.append(&buf, enc, sync)?;
         if let Some(e) = entries.last() {
             self.last_index = e.index;
         }
@@ -493,12 +507,19 @@ impl Wal {
     }
 
     fn append_and_sync(&mut self, buf: &[u8], enc: Encoder) -> Result<()> {
+        self.append(buf, enc, true)
+    }
+
+    fn append(&mut self, buf: &[u8], enc: Encoder, sync: bool) -> Result<()> {
         let name = self.current_name();
         let res = self
             .file
             .write_all_at(buf, self.offset)
             .map_err(io_err(format!("write {name}")));
         let res = res.and_then(|()| {
+            if !sync {
+                return Ok(());
+            }
             self.sync_count += 1;
             self.file
                 .sync_data()

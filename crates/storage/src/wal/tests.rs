@@ -146,6 +146,58 @@ fn test_sync_count() {
 }
 
 #[test]
+fn test_unsynced_hard_state_then_synced_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save(Some(b"hs-1"), &ents(1..=3, 1)).unwrap();
+    let base = w.sync_count();
+    // a commit-only hard state: written, not synced
+    w.save_opt(Some(b"hs-commit-3"), &[], false).unwrap();
+    assert_eq!(w.sync_count(), base);
+    drop(w);
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-commit-3"[..]));
+    assert_eq!(c.entries, ents(1..=3, 1));
+    // the next synced save makes it and what follows durable together
+    let base = w.sync_count();
+    w.save_opt(Some(b"hs-2"), &ents(4..=4, 1), true).unwrap();
+    assert_eq!(w.sync_count(), base + 1);
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-2"[..]));
+    assert_eq!(c.entries, ents(1..=4, 1));
+}
+
+#[test]
+fn test_unsynced_hard_state_torn_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save(Some(b"hs-1"), &ents(1..=3, 1)).unwrap();
+    let synced_end = w.offset;
+    w.save_opt(Some(b"hs-commit-3-with-some-length"), &[], false)
+        .unwrap();
+    let unsynced_end = w.offset;
+    drop(w);
+    // a crash wrote only part of the unsynced record: zero its second half
+    let p = last_segment(dir.path());
+    let mut b = fs::read(&p).unwrap();
+    let mid = ((synced_end + unsynced_end) / 2) as usize;
+    for x in &mut b[mid..unsynced_end as usize] {
+        *x = 0;
+    }
+    fs::write(&p, b).unwrap();
+    let (mut w, c) = Wal::open(dir.path()).unwrap();
+    // back to the last synced state; the log goes on from there
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-1"[..]));
+    assert_eq!(c.entries, ents(1..=3, 1));
+    w.save(Some(b"hs-2"), &ents(4..=4, 1)).unwrap();
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries, ents(1..=4, 1));
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-2"[..]));
+}
+
+#[test]
 fn test_overwrite_on_replay() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = Wal::create(dir.path(), b"m").unwrap();
