@@ -423,15 +423,12 @@ impl RaftNode {
             let hs_bytes = hs
                 .as_ref()
                 .map(|h| h.write_to_bytes().expect("encode hard state"));
-            // etcd's MustSync: entries, or a new term or vote, must be
-            // durable before anything depends on them; a hard state that
-            // only moved the commit index is written without an fsync
-            // (commit is volatile in raft; restart copes with a stale one)
-            let prev = self.storage.hard_state();
-            let must_sync = !entries.is_empty()
-                || hs
-                    .as_ref()
-                    .is_some_and(|h| h.term != prev.term || h.vote != prev.vote);
+            // etcd's MustSync (raft-rs computes it): entries, a snapshot,
+            // or a new term or vote must be durable before anything
+            // depends on them; a hard state that only moved the commit
+            // index is written without an fsync (commit is volatile in
+            // raft; restart copes with a stale one)
+            let must_sync = rd.must_sync();
             let started = Instant::now();
             crate::fp::point("raft_before_save_wal");
             if let Err(e) =

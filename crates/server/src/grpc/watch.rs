@@ -247,7 +247,10 @@ impl ResponseStream {
         } else {
             interval
         };
-        let ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        // ticks missed while gRPC did not poll are not made up in a burst
+        // (each would queue another progress response)
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // etcd splits above the largest request gRPC accepts, not above
         // --max-request-bytes itself
         let max = server.cfg.max_request_bytes as usize + crate::config::GRPC_OVERHEAD_BYTES;

@@ -193,6 +193,8 @@ pub struct Wal {
     snapshot: Option<WalSnapshot>,
     segment_size: u64,
     sync_count: u64,
+    /// The last save was written without an fdatasync.
+    unsynced: bool,
     /// Set after a failed write or sync: the file state is unknown.
     failed: bool,
 }
@@ -234,6 +236,7 @@ impl Wal {
             snapshot: None,
             segment_size: DEFAULT_SEGMENT_SIZE,
             sync_count: syncs,
+            unsynced: false,
             failed: false,
         })
     }
@@ -373,6 +376,7 @@ impl Wal {
             snapshot: snapshot.clone(),
             segment_size: DEFAULT_SEGMENT_SIZE,
             sync_count,
+            unsynced: false,
             failed: false,
         };
         Ok((
@@ -401,6 +405,10 @@ impl Wal {
     /// only moved the commit index, which raft keeps volatile). An unsynced
     /// record becomes durable with the next synced save; a crash before it
     /// may leave it torn at the tail, which [`Wal::open`] cuts as usual.
+    /// At most one unsynced save is outstanding (the next one syncs even
+    /// when `sync` is false), so a crash can tear only the last one or two
+    /// writes, as before unsynced saves existed; cutting a segment syncs
+    /// the old one first.
     pub fn save_opt(
         &mut self,
         hard_state: Option<&[u8]>,
@@ -421,6 +429,7 @@ impl Wal {
         if let Some(hs) = hard_state {
             enc.hard_state(&mut buf, hs)?;
         }
+        let sync = sync || self.unsynced;
         self.append(&buf, enc, sync)?;
         if let Some(e) = entries.last() {
             self.last_index = e.index;
@@ -531,6 +540,7 @@ impl Wal {
         res?;
         self.offset += buf.len() as u64;
         self.enc = enc;
+        self.unsynced = !sync;
         Ok(())
     }
 
@@ -552,6 +562,16 @@ impl Wal {
     }
 
     fn try_cut(&mut self) -> Result<()> {
+        if self.unsynced {
+            // the new segment's crc record chains over the old segment's
+            // last record: that record must be durable first (etcd's cut
+            // syncs the old tail too)
+            self.sync_count += 1;
+            self.file
+                .sync_data()
+                .map_err(io_err(format!("fdatasync {}", self.current_name())))?;
+            self.unsynced = false;
+        }
         let seq = self.segments.last().map_or(0, |s| s.name.seq + 1);
         let name = SegmentName {
             seq,

@@ -169,6 +169,64 @@ fn test_unsynced_hard_state_then_synced_save() {
 }
 
 #[test]
+fn test_at_most_one_unsynced_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save(Some(b"hs-1"), &ents(1..=1, 1)).unwrap();
+    let base = w.sync_count();
+    w.save_opt(Some(b"hs-c1"), &[], false).unwrap();
+    assert_eq!(w.sync_count(), base, "one unsynced save may be outstanding");
+    w.save_opt(Some(b"hs-c2"), &[], false).unwrap();
+    assert_eq!(w.sync_count(), base + 1, "a second one syncs both");
+    w.save_opt(Some(b"hs-c3"), &[], false).unwrap();
+    assert_eq!(w.sync_count(), base + 1);
+}
+
+#[test]
+fn test_cut_syncs_an_unsynced_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.set_segment_size(1024);
+    // lengths vary, so which save of the alternation cuts varies too
+    let hs =
+        |i: u64| format!("hs-commit-{i:040}{}", "x".repeat((i % 13 * 7) as usize)).into_bytes();
+    // Syncs of a synced save that cuts: its own + the new segment's.
+    let mut i = 0u64;
+    let synced_cut = loop {
+        let (segs, base) = (w.segments.len(), w.sync_count());
+        w.save(Some(&hs(i)), &[]).unwrap();
+        i += 1;
+        if w.segments.len() > segs {
+            break w.sync_count() - base;
+        }
+    };
+    // An unsynced save that cuts must sync the old tail: as many syncs.
+    let mut checked = 0;
+    for _ in 0..100_000 {
+        if checked == 3 {
+            break;
+        }
+        let (segs, base, was_unsynced) = (w.segments.len(), w.sync_count(), w.unsynced);
+        w.save_opt(Some(&hs(i)), &[], false).unwrap();
+        i += 1;
+        if w.segments.len() > segs && !was_unsynced {
+            assert_eq!(
+                w.sync_count() - base,
+                synced_cut,
+                "a cut after an unsynced save left the old tail unsynced"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 3, "no cut happened on an unsynced save");
+    w.save(Some(b"hs-2"), &ents(1..=1, 1)).unwrap();
+    drop(w);
+    let (_, c) = Wal::open(dir.path()).unwrap();
+    assert_eq!(c.entries, ents(1..=1, 1));
+    assert_eq!(c.hard_state.as_deref(), Some(&b"hs-2"[..]));
+}
+
+#[test]
 fn test_unsynced_hard_state_torn_is_cut() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = Wal::create(dir.path(), b"m").unwrap();
