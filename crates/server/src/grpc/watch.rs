@@ -70,7 +70,7 @@ impl WatchSink for TokioSink {
 }
 
 /// Watch ids of the stream that asked for fragmentation. Protects only the
-/// set; written by the receive task, read by the send task; never held
+/// set; written by the receive task, read by the response stream; never held
 /// across `.await`.
 type Fragmenting = Arc<Mutex<HashSet<i64>>>;
 
