@@ -612,3 +612,56 @@ async fn lease_checkpoint_survives_leader_change() {
     })
     .await;
 }
+
+/// A leader that was paused and replaced must not answer a keepalive that
+/// the new leader never sees (etcd's `ensureLeadership`, added in 3.4.25 /
+/// 3.5.8; the robustness lease check caught retcd answering one). Right
+/// after SIGCONT the old leader may still believe it leads: a keepalive
+/// sent to it must either fail or renew the lease on the new leader.
+/// (Debian's etcd 3.4.23 predates the fix.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keepalive_on_a_replaced_leader_reaches_the_new_one() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST).await.expect("start");
+        let old = c.leader(READY).await.unwrap();
+        let other = (old + 1) % 3;
+        let (old_id, _) = c.status_of(old).await.unwrap();
+        let mut old_client = c.client(old).await.unwrap();
+        let mut cl = c.client(other).await.unwrap();
+        let id = cl.lease_grant(8, None).await.unwrap().id();
+        // connect the keepalive stream to the old leader before it stops
+        let (mut keeper, mut stream) = old_client.lease_keep_alive(id).await.unwrap();
+        keeper.keep_alive().await.unwrap();
+        assert!(stream.message().await.unwrap().unwrap().ttl() > 0);
+        c.members[old].pause();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, leader) = c.status_of(other).await.unwrap_or((0, 0));
+            if leader != 0 && leader != old_id {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no new leader while the old one is paused");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // let the lease run down on the new leader (8 s + its promotion
+        // extension of one election timeout)
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        c.members[old].resume();
+        keeper.keep_alive().await.unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(15), stream.message()).await;
+        let renewed = matches!(&answered, Ok(Ok(Some(r))) if r.ttl() > 0);
+        let remaining = cl
+            .lease_time_to_live(id, None)
+            .await
+            .expect("time to live on the new leader")
+            .ttl();
+        eprintln!("keepalive on the resumed old leader: {answered:?}; remaining on the new leader {remaining} s");
+        if renewed {
+            assert!(
+                remaining >= 7,
+                "the old leader acknowledged a keepalive but the new leader's lease has {remaining} s left: renewed on a stale lessor"
+            );
+        }
+    })
+    .await;
+}

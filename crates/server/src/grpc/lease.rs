@@ -164,17 +164,33 @@ pub fn time_to_live_on_leader(
     })
 }
 
-/// etcd's `EtcdServer.LeaseRenew`: locally on the leader, else forwarded.
+/// Whether this member is still the leader once a ReadIndex (a quorum's
+/// heartbeat acknowledgement) has come back (etcd's `ensureLeadership`).
+async fn ensure_leadership(server: &EtcdServer) -> bool {
+    server.linearizable_read_notify().await.is_ok() && server.leader() == server.member_id
+}
+
+/// etcd's `EtcdServer.LeaseRenew`: locally on the leader (after making sure
+/// it still is), else forwarded.
 async fn lease_renew(server: &EtcdServer, fwd: &Forwarder, id: i64) -> Result<i64, ServerError> {
     let lessor = &server.shared.lessor;
     let deadline = Instant::now() + server.request_timeout();
     loop {
         match leader_target(server, deadline).await? {
-            Target::Local => match renew_on_leader(lessor, id).await {
-                Ok(ttl) => return Ok(ttl),
-                Err(LeaseError::NotFound) => return Err(LeaseError::NotFound.into()),
-                Err(_) => {} // not promoted yet, or just demoted: retry
-            },
+            // etcd's ensureLeadership (3.4.25/3.5.8): a leader that was
+            // paused or cut off may not know it was replaced, and renewing
+            // on its lessor would answer a keepalive the real leader never
+            // saw (the lease then expires "early"; the robustness lease
+            // check caught it with the leader paused). A ReadIndex confirms
+            // leadership with a quorum first; if it fails, look again.
+            Target::Local if ensure_leadership(server).await => {
+                match renew_on_leader(lessor, id).await {
+                    Ok(ttl) => return Ok(ttl),
+                    Err(LeaseError::NotFound) => return Err(LeaseError::NotFound.into()),
+                    Err(_) => {} // not promoted yet, or just demoted: retry
+                }
+            }
+            Target::Local => {}
             Target::Leader(urls) => {
                 for url in &urls {
                     let Some(mut c) = fwd.client(url) else {
