@@ -381,7 +381,8 @@ fn history3() -> (History, Vec<WatchEvent>) {
     (h, evs)
 }
 
-fn rec(items: Vec<WatchItem>) -> WatchRecord {
+/// The one watch record (from revision 2, with prev_kv) test histories use.
+pub(crate) fn rec(items: Vec<WatchItem>) -> WatchRecord {
     WatchRecord {
         id: 0,
         member: 0,

@@ -202,14 +202,7 @@ fn simulate_with_pauses(
             ..Default::default()
         },
         events,
-        watch: WatchRecord {
-            id: 0,
-            member: 0,
-            filter: Filter::None,
-            prev_kv: true,
-            start_rev: 2,
-            items,
-        },
+        watch: crate::checker_tests::rec(items),
     }
 }
 

@@ -410,50 +410,23 @@ impl EtcdServer {
         if data.len() as u64 > self.cfg.max_request_bytes {
             return Err(ServerError::RequestTooLarge);
         }
-        let (tx, mut rx) = oneshot::channel();
+        let (tx, rx) = oneshot::channel();
         self.shared.wait.waiters.lock().insert(id, tx);
         let lone = self.shared.contention.enter();
         if let Err(e) = self.send(RaftInput::Propose { id, data }) {
             self.shared.wait.waiters.lock().remove(&id);
             return Err(e);
         }
-        if let Some(res) = lone.spin(&mut rx) {
-            return res.unwrap_or(Err(ServerError::Stopped));
-        }
-        match tokio::time::timeout(self.request_timeout, rx).await {
-            Ok(Ok(res)) => res,
-            Ok(Err(_)) => Err(ServerError::Stopped),
-            Err(_) => {
-                self.shared.wait.waiters.lock().remove(&id);
-                if self.shared.leader.load(Ordering::Acquire) == 0 {
-                    Err(ServerError::NoLeader)
-                } else {
-                    Err(ServerError::Timeout)
-                }
-            }
-        }
+        self.await_raft(rx, &lone, Some(id)).await
     }
 
     /// Waits until this member has applied everything committed before the
     /// call (ReadIndex). Concurrent callers share one ReadIndex.
     pub async fn linearizable_read_notify(&self) -> Result<(), ServerError> {
-        let (tx, mut rx) = oneshot::channel();
+        let (tx, rx) = oneshot::channel();
         let lone = self.shared.contention.enter();
         self.send(RaftInput::ReadIndex(tx))?;
-        if let Some(res) = lone.spin(&mut rx) {
-            return res.unwrap_or(Err(ServerError::Stopped));
-        }
-        match tokio::time::timeout(self.request_timeout, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(ServerError::Stopped),
-            Err(_) => {
-                if self.shared.leader.load(Ordering::Acquire) == 0 {
-                    Err(ServerError::NoLeader)
-                } else {
-                    Err(ServerError::Timeout)
-                }
-            }
-        }
+        self.await_raft(rx, &lone, None).await
     }
 
     /// Proposes a membership `ConfChange` and waits until it is applied
@@ -464,22 +437,47 @@ impl EtcdServer {
         cc.id = id;
         let (tx, rx) = oneshot::channel();
         self.shared.wait.waiters.lock().insert(id, tx);
+        let lone = self.shared.contention.enter();
         if let Err(e) = self.send(RaftInput::ProposeConfChange { id, cc }) {
             self.shared.wait.waiters.lock().remove(&id);
             return Err(e);
         }
+        match self.await_raft(rx, &lone, Some(id)).await? {
+            ApplyResult::Err(e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The raft thread's answer on `rx`: spun for while this is a lone
+    /// request (see `crate::spin`), else awaited up to the request timeout.
+    /// On timeout the waiter registered under `waiter` is dropped.
+    async fn await_raft<T>(
+        &self,
+        mut rx: oneshot::Receiver<Result<T, ServerError>>,
+        lone: &crate::spin::Waiting<'_>,
+        waiter: Option<u64>,
+    ) -> Result<T, ServerError> {
+        if let Some(res) = lone.spin(&mut rx) {
+            return res.unwrap_or(Err(ServerError::Stopped));
+        }
         match tokio::time::timeout(self.request_timeout, rx).await {
-            Ok(Ok(Ok(ApplyResult::Err(e)))) => Err(e),
-            Ok(Ok(res)) => res.map(|_| ()),
+            Ok(Ok(res)) => res,
             Ok(Err(_)) => Err(ServerError::Stopped),
             Err(_) => {
-                self.shared.wait.waiters.lock().remove(&id);
-                if self.shared.leader.load(Ordering::Acquire) == 0 {
-                    Err(ServerError::NoLeader)
-                } else {
-                    Err(ServerError::Timeout)
+                if let Some(id) = waiter {
+                    self.shared.wait.waiters.lock().remove(&id);
                 }
+                Err(self.timed_out())
             }
+        }
+    }
+
+    /// What a request that timed out answers: no leader, or a timeout.
+    pub fn timed_out(&self) -> ServerError {
+        if self.shared.leader.load(Ordering::Acquire) == 0 {
+            ServerError::NoLeader
+        } else {
+            ServerError::Timeout
         }
     }
 

@@ -112,14 +112,6 @@ async fn leader_target(server: &EtcdServer, deadline: Instant) -> Result<Target,
     }
 }
 
-fn timed_out(server: &EtcdServer) -> ServerError {
-    if server.leader() == 0 {
-        ServerError::NoLeader
-    } else {
-        ServerError::Timeout
-    }
-}
-
 /// The leader's lessor status for a forwarding peer.
 pub fn peer_status(e: LeaseError) -> Status {
     match e {
@@ -207,7 +199,7 @@ async fn lease_renew(server: &EtcdServer, fwd: &Forwarder, id: i64) -> Result<i6
             }
         }
         if Instant::now() >= deadline {
-            return Err(timed_out(server));
+            return Err(server.timed_out());
         }
         tokio::time::sleep(RETRY).await;
     }
@@ -243,7 +235,7 @@ async fn lease_time_to_live(
             }
         }
         if Instant::now() >= deadline {
-            return Err(timed_out(server));
+            return Err(server.timed_out());
         }
         tokio::time::sleep(RETRY).await;
     }

@@ -449,7 +449,7 @@ impl Wal {
         let mut enc = self.enc.clone();
         let mut buf = Vec::with_capacity(snap.payload.len() + 32);
         enc.snapshot(&mut buf, snap)?;
-        self.append_and_sync(&buf, enc)?;
+        self.append(&buf, enc, true)?;
         self.last_index = self.last_index.max(snap.index);
         if let Some(seg) = self.segments.last_mut() {
             seg.min_snapshot = Some(seg.min_snapshot.map_or(snap.index, |m| m.min(snap.index)));
@@ -515,10 +515,7 @@ impl Wal {
         }
     }
 
-    fn append_and_sync(&mut self, buf: &[u8], enc: Encoder) -> Result<()> {
-        self.append(buf, enc, true)
-    }
-
+    /// Writes `buf` at the end of the log, then fdatasyncs if `sync`.
     fn append(&mut self, buf: &[u8], enc: Encoder, sync: bool) -> Result<()> {
         let name = self.current_name();
         let res = self
