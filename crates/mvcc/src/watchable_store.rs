@@ -316,11 +316,14 @@ impl WatchableStore {
         for (r, ev) in &events {
             let r = *r;
             let key = ev.kv.as_ref().map(|kv| kv.key.as_ref()).unwrap_or_default();
+            cands.clear();
+            cands.extend(inner.synced.candidates(key));
+            if cands.is_empty() {
+                continue;
+            }
             // encoded size bounds, without and with prev_kv
             let size = ev.kv.as_ref().map_or(0, |kv| kv.encoded_len()) + 8;
             let size_prev = size + ev.prev_kv.as_ref().map_or(0, |kv| kv.encoded_len() + 4);
-            cands.clear();
-            cands.extend(inner.synced.candidates(key));
             for &wk in &cands {
                 let Some(w) = inner.watchers.get(&wk) else {
                     continue;
