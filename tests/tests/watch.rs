@@ -358,6 +358,131 @@ async fn watch_client_many_watchers_one_stream() {
     .await;
 }
 
+/// One committed event fanned out to watchers that asked for different
+/// things, on two streams: each gets it exactly as it asked (with or
+/// without prev_kv, filtered or not), and a txn's events reach a watcher in
+/// one response. retcd encodes each event once per batch for all watchers;
+/// this checks what they decode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_one_event_many_watchers_each_as_asked() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
+        let mut cl = c.client(0).await.expect("connect");
+        let base = cl
+            .put("other", "-", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        let prev = || WatchOptions::new().with_prev_key();
+        // (stream, watch id): what it asked
+        let mut s1 = cl.watch("k", None).await.unwrap(); // id 0 plain
+        s1.watch("k", Some(prev())).await.unwrap(); // 1 prev_kv
+        s1.watch(
+            "k",
+            Some(
+                prev()
+                    .with_prefix()
+                    .with_filters([WatchFilterType::NoDelete]),
+            ),
+        )
+        .await
+        .unwrap(); // 2 prefix, prev_kv, no deletes
+        let mut s2 = cl.watch("k", Some(prev())).await.unwrap(); // id 0 prev_kv
+        s2.watch(
+            "",
+            Some(
+                WatchOptions::new()
+                    .with_all_keys()
+                    .with_filters([WatchFilterType::NoPut]),
+            ),
+        )
+        .await
+        .unwrap(); // 1 every key, no puts
+        for _ in 0..3 {
+            assert!(next(&mut s1).await.created());
+        }
+        for _ in 0..2 {
+            assert!(next(&mut s2).await.created());
+        }
+        cl.put("k", "1", None).await.unwrap(); // base+1
+        cl.put("k", "2", None).await.unwrap(); // +2
+        cl.txn(Txn::new().and_then(vec![
+            TxnOp::put("k", "3", None),
+            TxnOp::put("k2", "x", None),
+        ]))
+        .await
+        .unwrap(); // +3
+        cl.delete("k", None).await.unwrap(); // +4
+
+        // (watch id, event, prev value, index of the response it came in)
+        type Got = Vec<(i64, Ev, Option<String>, usize)>;
+        async fn collect(s: &mut WatchStream, n: usize) -> Got {
+            let mut got = Vec::new();
+            let mut resp = 0;
+            while got.len() < n {
+                let r = next(s).await;
+                resp += 1;
+                for e in r.events() {
+                    let prev = e
+                        .prev_kv()
+                        .map(|p| String::from_utf8_lossy(p.value()).into_owned());
+                    got.push((r.watch_id(), ev_of(e), prev, resp));
+                }
+            }
+            got
+        }
+        let mut g1 = collect(&mut s1, 12).await;
+        let mut g2 = collect(&mut s2, 5).await;
+        // a txn's events reach each watcher in one response
+        let txn_resps: Vec<usize> = g1
+            .iter()
+            .filter(|g| g.0 == 2 && g.1 .0 == base + 3)
+            .map(|g| g.3)
+            .collect();
+        assert_eq!(txn_resps.len(), 2, "{g1:?}");
+        assert_eq!(txn_resps[0], txn_resps[1], "{g1:?}");
+        let strip = |g: &mut Got| {
+            g.sort_by_key(|x| x.0); // stable: per watcher in arrival order
+            g.iter()
+                .map(|(id, e, p, _)| (*id, e.clone(), p.clone()))
+                .collect::<Vec<_>>()
+        };
+        let ev =
+            |r: i64, k: &str, t: &'static str, v: &str| (base + r, k.to_string(), t, v.to_string());
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(
+            strip(&mut g1),
+            vec![
+                (0, ev(1, "k", "PUT", "1"), None),
+                (0, ev(2, "k", "PUT", "2"), None),
+                (0, ev(3, "k", "PUT", "3"), None),
+                (0, ev(4, "k", "DELETE", ""), None),
+                (1, ev(1, "k", "PUT", "1"), None),
+                (1, ev(2, "k", "PUT", "2"), s("1")),
+                (1, ev(3, "k", "PUT", "3"), s("2")),
+                (1, ev(4, "k", "DELETE", ""), s("3")),
+                (2, ev(1, "k", "PUT", "1"), None),
+                (2, ev(2, "k", "PUT", "2"), s("1")),
+                (2, ev(3, "k", "PUT", "3"), s("2")),
+                (2, ev(3, "k2", "PUT", "x"), None),
+            ]
+        );
+        assert_eq!(
+            strip(&mut g2),
+            vec![
+                (0, ev(1, "k", "PUT", "1"), None),
+                (0, ev(2, "k", "PUT", "2"), s("1")),
+                (0, ev(3, "k", "PUT", "3"), s("2")),
+                (0, ev(4, "k", "DELETE", ""), s("3")),
+                (1, ev(4, "k", "DELETE", ""), None),
+            ]
+        );
+    })
+    .await;
+}
+
 // --------------------------------------------------------------- informer
 
 /// Applies the events of `r` to `cache`; `last` is the last revision seen

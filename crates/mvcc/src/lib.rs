@@ -23,6 +23,7 @@ mod kvstore_txn;
 mod range;
 pub mod revision;
 mod watch_history;
+pub mod watch_reply;
 pub mod watchable_store;
 pub mod watcher_group;
 
@@ -38,6 +39,7 @@ pub use kvstore_read_txn::{is_txn_read_only, is_txn_serializable};
 pub use kvstore_snapshot::{dump_len, SnapshotDump};
 pub use kvstore_txn::WriteBatch;
 pub use revision::Revision;
+pub use watch_reply::WatchReply;
 pub use watchable_store::{SinkError, WatchSink, WatchStream, WatchableStore};
 pub use watcher_group::{WatchError, WatchId, WatchOptions, WatchRange};
 

@@ -4,13 +4,14 @@
 //! # How events reach a watcher
 //!
 //! Every watch stream has one bounded channel (a [`WatchSink`]); all its
-//! watchers send [`WatchResponse`]s into it with `try_send`, which never
+//! watchers send [`WatchReply`]s into it with `try_send`, which never
 //! blocks. A watcher is in one of three states ([`crate::watcher_group`]):
 //!
 //! * **synced**: the apply thread calls [`WatchableStore::notify`] after each
 //!   committed batch; it sends each synced watcher one response holding its
 //!   matching events of every revision in the batch (all events of a txn
 //!   together; cut at revision boundaries above [`MERGE_LIMIT_BYTES`]).
+//!   Each event is encoded once for all watchers ([`crate::watch_reply`]).
 //! * **unsynced**: its start revision is in the past (or it fell behind).
 //!   The `watch-sync` thread reads the history from the backend by
 //!   revision, outside the lock, in chunks of [`MAX_REVS_PER_SYNC`]
@@ -56,7 +57,6 @@
 //! ends when the store is dropped.
 
 use foldhash::HashMap;
-use prost::Message as _;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Weak};
@@ -68,6 +68,7 @@ use retcd_api::mvccpb::{event::EventType, Event};
 
 use crate::kvstore::KvStore;
 use crate::watch_history::read_events;
+use crate::watch_reply::{EncodedEvents, SharedEvents, WatchReply};
 use crate::watcher_group::{
     WatchError, WatchId, WatchOptions, WatchRange, Watcher, WatcherGroup, WatcherKey, WatcherState,
 };
@@ -91,7 +92,7 @@ pub const PROGRESS_ALL_ID: WatchId = -1;
 #[derive(Debug)]
 pub enum SinkError {
     /// The channel is full; the response is handed back.
-    Full(WatchResponse),
+    Full(Box<WatchReply>),
     /// The receiving side is gone.
     Closed,
 }
@@ -100,13 +101,15 @@ pub enum SinkError {
 /// not block: it is called with the store lock held, on the apply thread.
 pub trait WatchSink: Send + Sync + 'static {
     /// Queues `resp` or says why not.
-    fn try_send(&self, resp: WatchResponse) -> Result<(), SinkError>;
+    fn try_send(&self, resp: WatchReply) -> Result<(), SinkError>;
 }
 
+/// For in-process readers (tests): responses arrive with their events
+/// decoded.
 impl WatchSink for SyncSender<WatchResponse> {
-    fn try_send(&self, resp: WatchResponse) -> Result<(), SinkError> {
-        SyncSender::try_send(self, resp).map_err(|e| match e {
-            TrySendError::Full(r) => SinkError::Full(r),
+    fn try_send(&self, resp: WatchReply) -> Result<(), SinkError> {
+        SyncSender::try_send(self, resp.into_response()).map_err(|e| match e {
+            TrySendError::Full(r) => SinkError::Full(Box::new(r.into())),
             TrySendError::Disconnected(_) => SinkError::Closed,
         })
     }
@@ -122,6 +125,31 @@ fn response(watch_id: WatchId, revision: i64, events: Vec<Event>) -> WatchRespon
         events,
         ..Default::default()
     }
+}
+
+/// A reply of watcher `watch_id` at `revision` with the shared events `picks`.
+fn shared(
+    watch_id: WatchId,
+    revision: i64,
+    enc: &Arc<EncodedEvents>,
+    picks: Vec<u32>,
+) -> WatchReply {
+    WatchReply::with_shared(
+        response(watch_id, revision, Vec::new()),
+        SharedEvents::new(enc.clone(), picks),
+    )
+}
+
+/// Encodes `ev` without its `prev_kv`.
+fn push_without_prev(enc: &mut EncodedEvents, ev: &Event) -> u32 {
+    if ev.prev_kv.is_none() {
+        return enc.push(ev);
+    }
+    enc.push(&Event {
+        r#type: ev.r#type,
+        kv: ev.kv.clone(),
+        prev_kv: None,
+    })
 }
 
 struct StreamState {
@@ -153,11 +181,11 @@ impl Inner {
     /// it (then `min_rev` becomes `next_rev`). The watcher must be out of
     /// the synced/unsynced sets, or in them, in which case it is removed.
     /// Returns whether it was sent.
-    fn send_or_park(&mut self, wk: WatcherKey, resp: WatchResponse, next_rev: i64) -> bool {
+    fn send_or_park(&mut self, wk: WatcherKey, resp: WatchReply, next_rev: i64) -> bool {
         let Some(stream) = self.streams.get(&wk.0) else {
             return false;
         };
-        let has_events = !resp.events.is_empty();
+        let has_events = resp.event_count() > 0;
         match stream.sink.try_send(resp) {
             Ok(()) => {
                 if let Some(w) = self.watchers.get_mut(&wk) {
@@ -172,7 +200,7 @@ impl Inner {
                     w.min_rev = next_rev;
                     w.sent_since_tick |= has_events;
                     w.state = WatcherState::Victim {
-                        pending: VecDeque::from([resp]),
+                        pending: VecDeque::from([*resp]),
                         compacted: false,
                     };
                     self.victims.insert(wk);
@@ -236,7 +264,7 @@ impl Inner {
         if let Some(s) = self.streams.get_mut(&stream) {
             if s.progress_pending
                 && s.sink
-                    .try_send(response(PROGRESS_ALL_ID, rev, vec![]))
+                    .try_send(response(PROGRESS_ALL_ID, rev, vec![]).into())
                     .is_ok()
             {
                 s.progress_pending = false;
@@ -307,58 +335,84 @@ impl WatchableStore {
     pub fn notify(&self, rev: i64, events: Vec<(i64, Event)>) {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
-        let mut parked = false;
-        // watchers in order of their first event in the batch, with the
-        // response being built: (events, encoded size bound, last revision)
-        let mut pending: Vec<(WatcherKey, Vec<Event>, usize, i64)> = Vec::new();
+        // Who wants what: per watcher (in order of its first event in the
+        // batch) the events it gets, each as `2 * index + with_prev_kv`;
+        // per event, which of its two encodings someone needs.
+        let mut wanted: Vec<(WatcherKey, Vec<u32>)> = Vec::new();
         let mut slot: HashMap<WatcherKey, usize> = HashMap::default();
+        let mut need = vec![[false; 2]; events.len()];
         let mut cands: Vec<WatcherKey> = Vec::new();
-        for (r, ev) in &events {
-            let r = *r;
+        for (i, (r, ev)) in events.iter().enumerate() {
             let key = ev.kv.as_ref().map(|kv| kv.key.as_ref()).unwrap_or_default();
             cands.clear();
             cands.extend(inner.synced.candidates(key));
-            if cands.is_empty() {
-                continue;
-            }
-            // encoded size bounds, without and with prev_kv
-            let size = ev.kv.as_ref().map_or(0, |kv| kv.encoded_len()) + 8;
-            let size_prev = size + ev.prev_kv.as_ref().map_or(0, |kv| kv.encoded_len() + 4);
             for &wk in &cands {
                 let Some(w) = inner.watchers.get(&wk) else {
                     continue;
                 };
-                if w.min_rev > r || !w.range.contains(key) {
+                if w.min_rev > *r || !w.range.contains(key) {
                     continue;
                 }
-                let Some(e) = w.filter(ev) else { continue };
-                let i = *slot.entry(wk).or_insert_with(|| {
-                    pending.push((wk, Vec::new(), 0, r));
-                    pending.len() - 1
+                let Some(prev) = w.wants(ev) else { continue };
+                let j = *slot.entry(wk).or_insert_with(|| {
+                    wanted.push((wk, Vec::new()));
+                    wanted.len() - 1
                 });
-                let p = &mut pending[i];
-                let size = if e.prev_kv.is_some() { size_prev } else { size };
-                // a new revision for this watcher: the response may be cut
-                // here (never inside a revision)
-                if p.3 != r && !p.1.is_empty() && p.2 + size > MERGE_LIMIT_BYTES {
-                    let full = std::mem::take(&mut p.1);
-                    p.2 = 0;
-                    if !inner.send_or_park(wk, response(wk.1, p.3, full), p.3 + 1) {
-                        // parked: it left the synced set, so no later
-                        // revision of this batch reaches it; the sync
-                        // thread reads them from history
-                        parked = true;
-                        continue;
-                    }
-                }
-                p.1.push(e);
-                p.2 += size;
-                p.3 = r;
+                wanted[j].1.push(2 * i as u32 + u32::from(prev));
+                need[i][usize::from(prev)] = true;
             }
         }
-        for (wk, evs, _, last) in pending {
-            if !evs.is_empty() {
-                parked |= !inner.send_or_park(wk, response(wk.1, last, evs), last + 1);
+        let mut parked = false;
+        if !wanted.is_empty() {
+            // each needed encoding of each event, once
+            let mut enc = EncodedEvents::default();
+            let at: Vec<[u32; 2]> = events
+                .iter()
+                .zip(&need)
+                .map(|((_, ev), need)| {
+                    [
+                        if need[0] {
+                            push_without_prev(&mut enc, ev)
+                        } else {
+                            0
+                        },
+                        if need[1] { enc.push(ev) } else { 0 },
+                    ]
+                })
+                .collect();
+            let enc = Arc::new(enc);
+            for (wk, mut picks) in wanted {
+                // one response per watcher, cut at a revision boundary
+                // when it would pass MERGE_LIMIT_BYTES (never inside one):
+                // `cuts` holds (end, last revision) of each response
+                let mut cuts: Vec<(usize, i64)> = Vec::new();
+                let (mut size, mut last) = (0, 0);
+                for (k, pick) in picks.iter_mut().enumerate() {
+                    let (i, prev) = ((*pick / 2) as usize, (*pick % 2) as usize);
+                    let (r, e) = (events[i].0, at[i][prev]);
+                    let len = enc.len_of(e);
+                    let start = cuts.last().map_or(0, |c| c.0);
+                    if r != last && k > start && size + len > MERGE_LIMIT_BYTES {
+                        cuts.push((k, last));
+                        size = 0;
+                    }
+                    *pick = e;
+                    size += len;
+                    last = r;
+                }
+                cuts.push((picks.len(), last));
+                let mut done = 0;
+                for (end, last) in cuts {
+                    let rest = picks.split_off(end - done);
+                    let chunk = std::mem::replace(&mut picks, rest);
+                    done = end;
+                    if !inner.send_or_park(wk, shared(wk.1, last, &enc, chunk), last + 1) {
+                        // parked: it left the synced set; the sync thread
+                        // reads the rest of the batch from history
+                        parked = true;
+                        break;
+                    }
+                }
             }
         }
         inner.rev = inner.rev.max(rev);
@@ -434,7 +488,7 @@ impl WatchableStore {
                 match sink.try_send(resp) {
                     Ok(()) => {}
                     Err(SinkError::Full(resp)) => {
-                        pending.push_front(resp);
+                        pending.push_front(*resp);
                         break;
                     }
                     Err(SinkError::Closed) => break,
@@ -551,12 +605,15 @@ impl WatchableStore {
                     header: Some(ResponseHeader::default()),
                     ..Default::default()
                 };
-                let sent = inner.streams.get(&c.wk.0).map(|s| s.sink.try_send(resp));
+                let sent = inner
+                    .streams
+                    .get(&c.wk.0)
+                    .map(|s| s.sink.try_send(resp.into()));
                 match sent {
                     Some(Err(SinkError::Full(resp))) => {
                         inner.unsynced.remove(&c.wk);
                         w.state = WatcherState::Victim {
-                            pending: VecDeque::from([resp]),
+                            pending: VecDeque::from([*resp]),
                             compacted: true,
                         };
                         inner.victims.insert(c.wk);
@@ -580,7 +637,9 @@ impl WatchableStore {
                 .filter_map(|(_, ev)| w.filter(ev))
                 .collect();
             w.min_rev = end + 1;
-            if !evs.is_empty() && !inner.send_or_park(c.wk, response(c.wk.1, end, evs), end + 1) {
+            if !evs.is_empty()
+                && !inner.send_or_park(c.wk, response(c.wk.1, end, evs).into(), end + 1)
+            {
                 continue;
             }
             if end >= inner.rev {
@@ -768,7 +827,7 @@ impl WatchStream {
                     && !w.sent_since_tick
                     && matches!(w.state, WatcherState::Synced)
                 {
-                    let _ = s.sink.try_send(response(*id, inner.rev, vec![]));
+                    let _ = s.sink.try_send(response(*id, inner.rev, vec![]).into());
                 }
                 w.sent_since_tick = false;
             }

@@ -14,7 +14,7 @@
 use foldhash::{HashMap, HashSet};
 use std::collections::{BTreeSet, VecDeque};
 
-use retcd_api::etcdserverpb::WatchResponse;
+use crate::watch_reply::WatchReply;
 use retcd_api::mvccpb::{event::EventType, Event};
 
 /// A watch id, unique inside one watch stream (etcd's `WatchID`).
@@ -106,7 +106,7 @@ pub(crate) enum WatcherState {
     /// Responses not yet accepted by the stream, oldest first. `compacted`:
     /// the last one cancels the watcher, which is removed once it is sent.
     Victim {
-        pending: VecDeque<WatchResponse>,
+        pending: VecDeque<WatchReply>,
         compacted: bool,
     },
 }
@@ -126,21 +126,24 @@ pub(crate) struct Watcher {
 }
 
 impl Watcher {
-    /// The event as this watcher wants it: `None` if filtered out; without
-    /// `prev_kv` unless asked for.
-    pub(crate) fn filter(&self, ev: &Event) -> Option<Event> {
+    /// Whether this watcher wants `ev`: `None` if filtered out, otherwise
+    /// whether it gets the event's `prev_kv` (asked for and present).
+    pub(crate) fn wants(&self, ev: &Event) -> Option<bool> {
         let put = ev.r#type == EventType::Put as i32;
         if (put && self.opts.no_put) || (!put && self.opts.no_delete) {
             return None;
         }
+        Some(self.opts.prev_kv && ev.prev_kv.is_some())
+    }
+
+    /// The event as this watcher wants it: `None` if filtered out; without
+    /// `prev_kv` unless asked for.
+    pub(crate) fn filter(&self, ev: &Event) -> Option<Event> {
+        let prev = self.wants(ev)?;
         Some(Event {
             r#type: ev.r#type,
             kv: ev.kv.clone(),
-            prev_kv: if self.opts.prev_kv {
-                ev.prev_kv.clone()
-            } else {
-                None
-            },
+            prev_kv: if prev { ev.prev_kv.clone() } else { None },
         })
     }
 }

@@ -11,6 +11,7 @@ pub mod maintenance;
 pub mod v3client;
 pub mod validate;
 pub mod watch;
+pub mod watch_route;
 
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::server::EtcdServer;
@@ -20,7 +21,6 @@ use retcd_api::etcdserverpb::{
     kv_server::KvServer,
     lease_server::LeaseServer,
     maintenance_server::MaintenanceServer,
-    watch_server::WatchServer,
 };
 use retcd_api::v3electionpb::election_server::ElectionServer;
 use retcd_api::v3lockpb::lock_server::LockServer;
@@ -92,13 +92,13 @@ pub fn routes(server: &Arc<EtcdServer>) -> Routes {
         })
         .max_decoding_message_size(recv),
     );
-    b.add_service(
-        WatchServer::new(watch::WatchService {
+    b.add_service(watch_route::WatchServer::new(
+        watch::WatchService {
             server: server.clone(),
-        })
-        .max_decoding_message_size(recv)
-        .max_encoding_message_size(send),
-    );
+        },
+        recv,
+        send,
+    ));
     b.add_service(
         LeaseServer::new(lease::LeaseService::new(server.clone())).max_decoding_message_size(recv),
     );

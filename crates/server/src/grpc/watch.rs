@@ -37,9 +37,8 @@ use parking_lot::Mutex;
 use prost::Message as _;
 use retcd_api::etcdserverpb::watch_create_request::FilterType;
 use retcd_api::etcdserverpb::watch_request::RequestUnion;
-use retcd_api::etcdserverpb::watch_server::Watch;
 use retcd_api::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
-use retcd_mvcc::{SinkError, WatchOptions, WatchRange, WatchSink, WatchStream};
+use retcd_mvcc::{SinkError, WatchOptions, WatchRange, WatchReply, WatchSink, WatchStream};
 use std::collections::HashSet;
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -47,7 +46,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Capacity of a stream's response channel (etcd's `chanBufLen`).
@@ -58,12 +56,12 @@ pub struct WatchService {
 }
 
 /// The store side of a stream channel.
-struct TokioSink(mpsc::Sender<WatchResponse>);
+struct TokioSink(mpsc::Sender<WatchReply>);
 
 impl WatchSink for TokioSink {
-    fn try_send(&self, resp: WatchResponse) -> Result<(), SinkError> {
+    fn try_send(&self, resp: WatchReply) -> Result<(), SinkError> {
         self.0.try_send(resp).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(r) => SinkError::Full(r),
+            mpsc::error::TrySendError::Full(r) => SinkError::Full(Box::new(r)),
             mpsc::error::TrySendError::Closed(_) => SinkError::Closed,
         })
     }
@@ -81,12 +79,12 @@ fn header(revision: i64) -> Option<ResponseHeader> {
     })
 }
 
-#[tonic::async_trait]
-impl Watch for WatchService {
-    async fn watch(
+impl WatchService {
+    /// Serves one watch stream (the Watch RPC; see [`super::watch_route`]).
+    pub(crate) fn watch(
         &self,
         request: Request<Streaming<WatchRequest>>,
-    ) -> Result<Response<BoxStream<WatchResponse>>, Status> {
+    ) -> Result<Response<ResponseStream>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(CHAN_BUF_LEN);
         let ws = Arc::new(
@@ -97,12 +95,12 @@ impl Watch for WatchService {
         );
         let fragmenting: Fragmenting = Arc::default();
         tokio::spawn(recv_loop(inbound, ws.clone(), tx, fragmenting.clone()));
-        Ok(Response::new(Box::pin(ResponseStream::new(
+        Ok(Response::new(ResponseStream::new(
             self.server.clone(),
             rx,
             ws,
             fragmenting,
-        ))))
+        )))
     }
 }
 
@@ -110,7 +108,7 @@ impl Watch for WatchService {
 async fn recv_loop(
     mut inbound: Streaming<WatchRequest>,
     ws: Arc<WatchStream>,
-    tx: mpsc::Sender<WatchResponse>,
+    tx: mpsc::Sender<WatchReply>,
     fragmenting: Fragmenting,
 ) {
     loop {
@@ -146,7 +144,7 @@ async fn recv_loop(
             }
             None => continue,
         };
-        if tx.send(resp).await.is_err() {
+        if tx.send(resp.into()).await.is_err() {
             return;
         }
     }
@@ -167,7 +165,7 @@ enum Create {
 async fn create(
     ws: &WatchStream,
     c: WatchCreateRequest,
-    tx: &mpsc::Sender<WatchResponse>,
+    tx: &mpsc::Sender<WatchReply>,
     fragmenting: &Fragmenting,
 ) -> Create {
     let rev = ws.rev();
@@ -195,7 +193,7 @@ async fn create(
         created: true,
         ..Default::default()
     };
-    if tx.send(created).await.is_err() {
+    if tx.send(created.into()).await.is_err() {
         return Create::Closed;
     }
     let start_rev = match c.start_revision {
@@ -222,22 +220,22 @@ async fn create(
 /// the progress-notify ticker. Polled by the connection's own task, so a
 /// response costs one channel hop. Dropped when the client goes away,
 /// which drops the stream's [`WatchStream`] with it (its watchers end).
-struct ResponseStream {
+pub(crate) struct ResponseStream {
     server: Arc<EtcdServer>,
-    rx: mpsc::Receiver<WatchResponse>,
+    rx: mpsc::Receiver<WatchReply>,
     ticker: tokio::time::Interval,
     ws: Arc<WatchStream>,
     fragmenting: Fragmenting,
     /// The largest response before fragmenting splits it.
     max: usize,
     /// Fragments of a split response not yet handed out.
-    queued: VecDeque<WatchResponse>,
+    queued: VecDeque<WatchReply>,
 }
 
 impl ResponseStream {
     fn new(
         server: Arc<EtcdServer>,
-        rx: mpsc::Receiver<WatchResponse>,
+        rx: mpsc::Receiver<WatchReply>,
         ws: Arc<WatchStream>,
         fragmenting: Fragmenting,
     ) -> ResponseStream {
@@ -267,7 +265,7 @@ impl ResponseStream {
 }
 
 impl Stream for ResponseStream {
-    type Item = Result<WatchResponse, Status>;
+    type Item = Result<WatchReply, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
@@ -281,10 +279,16 @@ impl Stream for ResponseStream {
         let Some(mut r) = ready!(this.rx.poll_recv(cx)) else {
             return Poll::Ready(None);
         };
-        let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
-        r.header = Some(this.server.header(rev));
-        if r.events.len() > 1 && this.fragmenting.lock().contains(&r.watch_id) {
-            this.queued = fragments(r, this.max).into();
+        let rev = r.resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
+        r.resp.header = Some(this.server.header(rev));
+        if r.event_count() > 1
+            && r.encoded_len() >= this.max
+            && this.fragmenting.lock().contains(&r.resp.watch_id)
+        {
+            this.queued = fragments(r.into_response(), this.max)
+                .into_iter()
+                .map(WatchReply::from)
+                .collect();
             let first = this.queued.pop_front();
             return Poll::Ready(first.map(Ok));
         }

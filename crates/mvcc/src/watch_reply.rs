@@ -1,0 +1,223 @@
+//! [`WatchReply`]: what a watch stream queues for its client, with the
+//! events of a committed batch encoded once for every watcher.
+//!
+//! `notify` fans a batch's events out to many watchers (1 000 watchers on
+//! one key get the same event 1 000 times). Instead of cloning each event
+//! into every watcher's `WatchResponse` and encoding it again per watcher,
+//! it encodes each event once into an [`EncodedEvents`] buffer — as the
+//! bytes of one `WatchResponse.events` field (tag 11, length,
+//! `mvccpb.Event`) — and each watcher's reply holds the shared buffer and
+//! the indices of its events. Encoding a reply copies those bytes after the
+//! reply's own fields:
+//!
+//! ```text
+//! batch buffer:  [ev0 plain][ev0 with prev_kv][ev1 plain] ...
+//! reply A (no prev_kv):   header, watch_id=3  + spans [0, 2]
+//! reply B (prev_kv):      header, watch_id=7  + spans [1, 2]   (ev1 had no prev)
+//! ```
+//!
+//! `events` is the last field of `WatchResponse` (11), so the bytes are what
+//! prost itself would write for a response holding the same events. A
+//! reply never holds both decoded `resp.events` and shared ones.
+
+use std::sync::Arc;
+
+use prost::bytes::{Buf, BufMut};
+use prost::encoding::{DecodeContext, WireType};
+use prost::{DecodeError, Message};
+use retcd_api::etcdserverpb::WatchResponse;
+use retcd_api::mvccpb::Event;
+
+/// Field number of `WatchResponse.events`.
+const EVENTS_FIELD: u32 = 11;
+
+/// Events encoded once, each as a complete `WatchResponse.events` field.
+#[derive(Debug, Default)]
+pub struct EncodedEvents {
+    buf: Vec<u8>,
+    /// `[start, end)` of each encoded event in `buf`.
+    spans: Vec<(usize, usize)>,
+}
+
+impl EncodedEvents {
+    /// Appends `ev`; returns its index.
+    pub(crate) fn push(&mut self, ev: &Event) -> u32 {
+        let start = self.buf.len();
+        prost::encoding::message::encode(EVENTS_FIELD, ev, &mut self.buf);
+        self.spans.push((start, self.buf.len()));
+        (self.spans.len() - 1) as u32
+    }
+
+    /// Encoded size of event `i` (field tag and length included).
+    pub(crate) fn len_of(&self, i: u32) -> usize {
+        let (s, e) = self.spans[i as usize];
+        e - s
+    }
+
+    fn span(&self, i: u32) -> &[u8] {
+        let (s, e) = self.spans[i as usize];
+        &self.buf[s..e]
+    }
+}
+
+/// Some of a batch's shared events, in order.
+#[derive(Clone, Debug)]
+pub struct SharedEvents {
+    batch: Arc<EncodedEvents>,
+    picks: Vec<u32>,
+    /// Total encoded size of the picked events.
+    len: usize,
+}
+
+impl SharedEvents {
+    pub(crate) fn new(batch: Arc<EncodedEvents>, picks: Vec<u32>) -> SharedEvents {
+        let len = picks.iter().map(|&i| batch.len_of(i)).sum();
+        SharedEvents { batch, picks, len }
+    }
+}
+
+/// A response queued on a watch stream: a `WatchResponse` plus, for
+/// replies built by `notify`, events shared with other watchers' replies.
+/// Encodes (as a [`prost::Message`]) to exactly the `WatchResponse` holding
+/// all of its events.
+#[derive(Clone, Debug, Default)]
+pub struct WatchReply {
+    /// Every field but the shared events.
+    pub resp: WatchResponse,
+    shared: Option<SharedEvents>,
+}
+
+impl From<WatchResponse> for WatchReply {
+    fn from(resp: WatchResponse) -> WatchReply {
+        WatchReply { resp, shared: None }
+    }
+}
+
+impl WatchReply {
+    /// A reply whose events are `shared`.
+    pub(crate) fn with_shared(resp: WatchResponse, shared: SharedEvents) -> WatchReply {
+        WatchReply {
+            resp,
+            shared: Some(shared),
+        }
+    }
+
+    /// Number of events, decoded and shared.
+    pub fn event_count(&self) -> usize {
+        self.resp.events.len() + self.shared.as_ref().map_or(0, |s| s.picks.len())
+    }
+
+    /// The `WatchResponse` with every event decoded (for in-process readers,
+    /// tests and fragmenting).
+    pub fn into_response(self) -> WatchResponse {
+        let mut resp = self.resp;
+        if let Some(s) = self.shared {
+            for &i in &s.picks {
+                let mut field = s.batch.span(i);
+                // skip the field's tag and length: the rest is the Event
+                let decoded = prost::encoding::decode_key(&mut field)
+                    .and_then(|_| prost::encoding::decode_varint(&mut field))
+                    .and_then(|_| Event::decode(field));
+                resp.events
+                    .push(decoded.expect("an event encoded by this process decodes"));
+            }
+        }
+        resp
+    }
+}
+
+impl Message for WatchReply {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        self.resp.encode_raw(buf);
+        if let Some(s) = &self.shared {
+            for &i in &s.picks {
+                buf.put_slice(s.batch.span(i));
+            }
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        self.resp.merge_field(tag, wire_type, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.resp.encoded_len() + self.shared.as_ref().map_or(0, |s| s.len)
+    }
+
+    fn clear(&mut self) {
+        self.resp.clear();
+        self.shared = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use retcd_api::etcdserverpb::ResponseHeader;
+    use retcd_api::mvccpb::KeyValue;
+
+    fn ev(k: &str, v: &str, prev: Option<&str>) -> Event {
+        let kv = |v: &str| KeyValue {
+            key: k.as_bytes().to_vec().into(),
+            value: v.as_bytes().to_vec().into(),
+            mod_revision: 5,
+            ..Default::default()
+        };
+        Event {
+            r#type: 0,
+            kv: Some(kv(v)),
+            prev_kv: prev.map(kv),
+        }
+    }
+
+    /// A reply with shared events encodes to the bytes prost writes for the
+    /// same `WatchResponse`, decodes back to it, and reports its length.
+    #[test]
+    fn test_shared_reply_encodes_as_the_plain_response() {
+        let events = [
+            ev("a", "1", None),
+            ev("b", "2", Some("0")),
+            ev("c", "3", None),
+        ];
+        let mut batch = EncodedEvents::default();
+        let idx: Vec<u32> = events.iter().map(|e| batch.push(e)).collect();
+        let batch = Arc::new(batch);
+        let head = WatchResponse {
+            header: Some(ResponseHeader {
+                revision: 9,
+                ..Default::default()
+            }),
+            watch_id: 4,
+            ..Default::default()
+        };
+        let reply = WatchReply::with_shared(
+            head.clone(),
+            SharedEvents::new(batch.clone(), vec![idx[0], idx[2]]),
+        );
+        let plain = WatchResponse {
+            events: vec![events[0].clone(), events[2].clone()],
+            ..head.clone()
+        };
+        assert_eq!(reply.encode_to_vec(), plain.encode_to_vec());
+        assert_eq!(reply.encoded_len(), plain.encoded_len());
+        assert_eq!(reply.event_count(), 2);
+        assert_eq!(
+            WatchResponse::decode(&reply.encode_to_vec()[..]).unwrap(),
+            plain
+        );
+        assert_eq!(reply.clone().into_response(), plain);
+        // a reply decodes as a WatchReply too (its events decoded)
+        let back = WatchReply::decode(&reply.encode_to_vec()[..]).unwrap();
+        assert_eq!(back.resp, plain);
+        // plain replies are plain responses
+        let r = WatchReply::from(plain.clone());
+        assert_eq!(r.encode_to_vec(), plain.encode_to_vec());
+        assert_eq!(r.into_response(), plain);
+    }
+}
