@@ -10,6 +10,7 @@ mod k8s;
 mod report;
 mod runner;
 mod watch;
+mod watch_decode;
 mod workloads;
 
 use std::time::Duration;

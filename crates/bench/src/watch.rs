@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
-use retcd_api::etcdserverpb::watch_client::WatchClient;
 use retcd_api::etcdserverpb::watch_request::RequestUnion;
 use retcd_api::etcdserverpb::{WatchCreateRequest, WatchRequest};
 use tonic::transport::Channel;
 
 use crate::report::{new_histogram, process_cpu_secs, Report};
 use crate::runner::{progress, run, Drive};
+use crate::watch_decode::LiteWatchResponse;
 use crate::workloads::encode_key;
 
 #[derive(Debug, Clone)]
@@ -65,9 +65,9 @@ pub async fn watch(
     let mut tasks = Vec::new();
     let create_start = Instant::now();
     for s in 0..o.streams.max(1) {
-        // The generated API straight over the channel: events decode with
-        // their keys and values sharing the receive buffer (no copies), so
-        // the client's cost per event stays well below the servers'.
+        // Straight over the channel, decoding only the send times
+        // (`watch_decode`), so the client's cost per event stays well below
+        // the servers'.
         let (req_tx, req_rx) = tokio::sync::mpsc::channel(o.watch_per_stream.max(1) + 1);
         let first = s * o.watch_per_stream.max(1);
         for j in 0..o.watch_per_stream.max(1) {
@@ -82,11 +82,9 @@ pub async fn watch(
                 .await
                 .context("queue watch create")?;
         }
-        let mut stream = WatchClient::new(channels[s % channels.len()].clone())
-            .watch(tokio_stream::wrappers::ReceiverStream::new(req_rx))
+        let mut stream = open_watch_stream(&channels[s % channels.len()], req_rx)
             .await
-            .context("create watch stream")?
-            .into_inner();
+            .context("create watch stream")?;
         let mut created = 0;
         while created < o.watch_per_stream.max(1) {
             match stream.message().await? {
@@ -111,19 +109,14 @@ pub async fn watch(
                 let Ok(Some(r)) = stream.message().await else {
                     break;
                 };
-                let now = base.elapsed().as_nanos() as u64;
-                let n = r.events.len() as u64;
-                for ev in &r.events {
-                    if let Some(kv) = &ev.kv {
-                        let v = &kv.value;
-                        if v.len() >= 8 {
-                            let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
-                            h.saturating_record(now.saturating_sub(sent).max(1));
-                        }
-                    }
+                let at = Instant::now();
+                let now = at.saturating_duration_since(base).as_nanos() as u64;
+                let n = r.sent.len() as u64;
+                for sent in r.sent.iter().flatten() {
+                    h.saturating_record(now.saturating_sub(*sent).max(1));
                 }
                 got += n;
-                last = Instant::now();
+                last = at;
                 received.fetch_add(n, Ordering::Relaxed);
                 pb.inc(n);
             }
@@ -212,4 +205,18 @@ pub async fn watch(
         serde_json::json!((create_secs * 1e4).round() / 1e4),
     );
     Ok((ev, puts))
+}
+
+/// Opens a Watch stream on `channel` whose requests come from `requests`
+/// and whose responses are decoded as [`LiteWatchResponse`]s.
+async fn open_watch_stream(
+    channel: &Channel,
+    requests: tokio::sync::mpsc::Receiver<WatchRequest>,
+) -> Result<tonic::Streaming<LiteWatchResponse>> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.context("watch channel not ready")?;
+    let codec = tonic_prost::ProstCodec::<WatchRequest, LiteWatchResponse>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.Watch/Watch");
+    let req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(requests));
+    Ok(grpc.streaming(req, path, codec).await?.into_inner())
 }

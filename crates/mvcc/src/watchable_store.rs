@@ -3,23 +3,26 @@
 //!
 //! # How events reach a watcher
 //!
-//! Every watch stream has one bounded channel (a [`WatchSink`]); all its
-//! watchers send [`WatchReply`]s into it with `try_send`, which never
-//! blocks. A watcher is in one of three states ([`crate::watcher_group`]):
+//! Every watch stream has one bounded channel (a [`WatchSink`]) of
+//! messages, each a list of [`WatchReply`]s taken or refused whole; all its
+//! watchers send into it with `try_send`, which never blocks. A watcher is
+//! in one of three states ([`crate::watcher_group`]):
 //!
 //! * **synced**: the apply thread calls [`WatchableStore::notify`] after each
 //!   committed batch; it sends each synced watcher one response holding its
 //!   matching events of every revision in the batch (all events of a txn
 //!   together; cut at revision boundaries above [`MERGE_LIMIT_BYTES`]).
-//!   Each event is encoded once for all watchers ([`crate::watch_reply`]).
+//!   Each event is encoded once for all watchers ([`crate::watch_reply`]),
+//!   and a stream gets one message with the replies of all its watchers.
 //! * **unsynced**: its start revision is in the past (or it fell behind).
 //!   The `watch-sync` thread reads the history from the backend by
 //!   revision, outside the lock, in chunks of [`MAX_REVS_PER_SYNC`]
 //!   revisions, sends one response per chunk, and moves the watcher to
 //!   synced once it has everything up to the notified revision.
-//! * **victim**: a `try_send` found the channel full. The response is kept
-//!   with the watcher, which leaves the synced/unsynced sets; the sync
-//!   thread retries every [`VICTIM_RETRY`]. When the channel takes it, the
+//! * **victim**: a `try_send` found the channel full. Each watcher of the
+//!   refused message keeps its own replies and leaves the synced/unsynced
+//!   sets; the sync thread retries every [`VICTIM_RETRY`]. When the channel
+//!   takes them, the
 //!   watcher goes back to unsynced (and catches up from history) or synced.
 //!   A slow client therefore never blocks apply or other streams, and no
 //!   event is dropped.
@@ -88,28 +91,32 @@ pub const MERGE_LIMIT_BYTES: usize = 64 * 1024;
 /// Watch id of a stream-wide progress response.
 pub const PROGRESS_ALL_ID: WatchId = -1;
 
-/// Why a [`WatchSink`] refused a response.
+/// Why a [`WatchSink`] refused a message.
 #[derive(Debug)]
 pub enum SinkError {
-    /// The channel is full; the response is handed back.
-    Full(Box<WatchReply>),
+    /// The channel is full; the replies are handed back.
+    Full(Vec<WatchReply>),
     /// The receiving side is gone.
     Closed,
 }
 
-/// The sending side of one watch stream's bounded channel. `try_send` must
-/// not block: it is called with the store lock held, on the apply thread.
+/// The sending side of one watch stream's bounded channel. A message is a
+/// non-empty list of replies, taken or refused whole: `notify` sends one
+/// per stream per committed batch, holding the replies of all the stream's
+/// watchers. `try_send` must not block: it is called with the store lock
+/// held, on the apply thread.
 pub trait WatchSink: Send + Sync + 'static {
-    /// Queues `resp` or says why not.
-    fn try_send(&self, resp: WatchReply) -> Result<(), SinkError>;
+    /// Queues `replies` or says why not.
+    fn try_send(&self, replies: Vec<WatchReply>) -> Result<(), SinkError>;
 }
 
 /// For in-process readers (tests): responses arrive with their events
 /// decoded.
-impl WatchSink for SyncSender<WatchResponse> {
-    fn try_send(&self, resp: WatchReply) -> Result<(), SinkError> {
-        SyncSender::try_send(self, resp.into_response()).map_err(|e| match e {
-            TrySendError::Full(r) => SinkError::Full(Box::new(r.into())),
+impl WatchSink for SyncSender<Vec<WatchResponse>> {
+    fn try_send(&self, replies: Vec<WatchReply>) -> Result<(), SinkError> {
+        let batch = replies.into_iter().map(WatchReply::into_response).collect();
+        SyncSender::try_send(self, batch).map_err(|e| match e {
+            TrySendError::Full(b) => SinkError::Full(b.into_iter().map(Into::into).collect()),
             TrySendError::Disconnected(_) => SinkError::Closed,
         })
     }
@@ -174,6 +181,8 @@ struct Inner {
     victims: BTreeSet<WatcherKey>,
     streams: HashMap<u64, StreamState>,
     next_stream: u64,
+    /// `notify`'s watcher -> reply slot map, empty between calls.
+    notify_slot: HashMap<WatcherKey, usize>,
 }
 
 impl Inner {
@@ -186,7 +195,7 @@ impl Inner {
             return false;
         };
         let has_events = resp.event_count() > 0;
-        match stream.sink.try_send(resp) {
+        match stream.sink.try_send(vec![resp]) {
             Ok(()) => {
                 if let Some(w) = self.watchers.get_mut(&wk) {
                     w.sent_since_tick |= has_events;
@@ -194,21 +203,27 @@ impl Inner {
                 true
             }
             Err(SinkError::Full(resp)) => {
-                if let Some(w) = self.watchers.get_mut(&wk) {
-                    self.synced.remove(wk, &w.range);
-                    self.unsynced.remove(&wk);
-                    w.min_rev = next_rev;
-                    w.sent_since_tick |= has_events;
-                    w.state = WatcherState::Victim {
-                        pending: VecDeque::from([*resp]),
-                        compacted: false,
-                    };
-                    self.victims.insert(wk);
-                }
+                self.park(wk, resp.into(), next_rev, has_events);
                 false
             }
             // the stream is going away; its handle's Drop removes it
             Err(SinkError::Closed) => false,
+        }
+    }
+
+    /// Parks watcher `wk` as a victim holding `pending`; it needs
+    /// `next_rev` next. Removes it from the synced/unsynced sets.
+    fn park(&mut self, wk: WatcherKey, pending: VecDeque<WatchReply>, next_rev: i64, events: bool) {
+        if let Some(w) = self.watchers.get_mut(&wk) {
+            self.synced.remove(wk, &w.range);
+            self.unsynced.remove(&wk);
+            w.min_rev = next_rev;
+            w.sent_since_tick |= events;
+            w.state = WatcherState::Victim {
+                pending,
+                compacted: false,
+            };
+            self.victims.insert(wk);
         }
     }
 
@@ -264,7 +279,7 @@ impl Inner {
         if let Some(s) = self.streams.get_mut(&stream) {
             if s.progress_pending
                 && s.sink
-                    .try_send(response(PROGRESS_ALL_ID, rev, vec![]).into())
+                    .try_send(vec![response(PROGRESS_ALL_ID, rev, vec![]).into()])
                     .is_ok()
             {
                 s.progress_pending = false;
@@ -339,7 +354,8 @@ impl WatchableStore {
         // batch) the events it gets, each as `2 * index + with_prev_kv`;
         // per event, which of its two encodings someone needs.
         let mut wanted: Vec<(WatcherKey, Vec<u32>)> = Vec::new();
-        let mut slot: HashMap<WatcherKey, usize> = HashMap::default();
+        // (scratch kept in `inner` so that its capacity is reused)
+        let mut slot = std::mem::take(&mut inner.notify_slot);
         let mut need = vec![[false; 2]; events.len()];
         let mut cands: Vec<WatcherKey> = Vec::new();
         for (i, (r, ev)) in events.iter().enumerate() {
@@ -381,6 +397,10 @@ impl WatchableStore {
                 })
                 .collect();
             let enc = Arc::new(enc);
+            // one message per stream holding its watchers' replies:
+            // (stream, replies, per watcher: key, its reply count, next rev)
+            let mut groups: Vec<(u64, Vec<WatchReply>, Vec<(WatcherKey, usize, i64)>)> = Vec::new();
+            let mut group_of: HashMap<u64, usize> = HashMap::default();
             for (wk, mut picks) in wanted {
                 // one response per watcher, cut at a revision boundary
                 // when it would pass MERGE_LIMIT_BYTES (never inside one):
@@ -401,20 +421,47 @@ impl WatchableStore {
                     last = r;
                 }
                 cuts.push((picks.len(), last));
+                let g = *group_of.entry(wk.0).or_insert_with(|| {
+                    groups.push((wk.0, Vec::new(), Vec::new()));
+                    groups.len() - 1
+                });
+                let group = &mut groups[g];
+                group.2.push((wk, cuts.len(), last + 1));
                 let mut done = 0;
-                for (end, last) in cuts {
+                for (end, rev) in cuts {
                     let rest = picks.split_off(end - done);
                     let chunk = std::mem::replace(&mut picks, rest);
                     done = end;
-                    if !inner.send_or_park(wk, shared(wk.1, last, &enc, chunk), last + 1) {
-                        // parked: it left the synced set; the sync thread
-                        // reads the rest of the batch from history
-                        parked = true;
-                        break;
+                    group.1.push(shared(wk.1, rev, &enc, chunk));
+                }
+            }
+            for (stream, replies, members) in groups {
+                let Some(st) = inner.streams.get(&stream) else {
+                    continue;
+                };
+                match st.sink.try_send(replies) {
+                    Ok(()) => {
+                        for (wk, _, _) in members {
+                            if let Some(w) = inner.watchers.get_mut(&wk) {
+                                w.sent_since_tick = true;
+                            }
+                        }
                     }
+                    Err(SinkError::Full(back)) => {
+                        // every watcher of the stream keeps its replies
+                        parked = true;
+                        let mut back = back.into_iter();
+                        for (wk, n, next_rev) in members {
+                            inner.park(wk, back.by_ref().take(n).collect(), next_rev, true);
+                        }
+                    }
+                    // the stream is going away; its handle's Drop removes it
+                    Err(SinkError::Closed) => {}
                 }
             }
         }
+        slot.clear();
+        inner.notify_slot = slot;
         inner.rev = inner.rev.max(rev);
         drop(guard);
         if parked {
@@ -484,18 +531,16 @@ impl WatchableStore {
                 inner.victims.remove(&wk);
                 continue;
             };
-            while let Some(resp) = pending.pop_front() {
-                match sink.try_send(resp) {
-                    Ok(()) => {}
-                    Err(SinkError::Full(resp)) => {
-                        pending.push_front(*resp);
-                        break;
-                    }
-                    Err(SinkError::Closed) => break,
-                }
-            }
             if !pending.is_empty() {
-                continue;
+                match sink.try_send(pending.drain(..).collect()) {
+                    Ok(()) => {}
+                    Err(SinkError::Full(back)) => {
+                        *pending = back.into();
+                        continue;
+                    }
+                    // the stream is going away; its handle's Drop removes it
+                    Err(SinkError::Closed) => continue,
+                }
             }
             if *compacted {
                 inner.remove_watcher(wk);
@@ -608,12 +653,12 @@ impl WatchableStore {
                 let sent = inner
                     .streams
                     .get(&c.wk.0)
-                    .map(|s| s.sink.try_send(resp.into()));
+                    .map(|s| s.sink.try_send(vec![resp.into()]));
                 match sent {
                     Some(Err(SinkError::Full(resp))) => {
                         inner.unsynced.remove(&c.wk);
                         w.state = WatcherState::Victim {
-                            pending: VecDeque::from([*resp]),
+                            pending: resp.into(),
                             compacted: true,
                         };
                         inner.victims.insert(c.wk);
@@ -827,7 +872,9 @@ impl WatchStream {
                     && !w.sent_since_tick
                     && matches!(w.state, WatcherState::Synced)
                 {
-                    let _ = s.sink.try_send(response(*id, inner.rev, vec![]).into());
+                    let _ = s
+                        .sink
+                        .try_send(vec![response(*id, inner.rev, vec![]).into()]);
                 }
                 w.sent_since_tick = false;
             }

@@ -1,7 +1,9 @@
 //! Watch tests, named after etcd's watchable_store_test.go and
 //! watcher_test.go.
 
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,9 +57,50 @@ impl T {
         });
     }
 
-    fn stream(&self, cap: usize) -> (WatchStream, Receiver<WatchResponse>) {
+    fn stream(&self, cap: usize) -> (WatchStream, Rx) {
         let (tx, rx) = sync_channel(cap);
-        (self.ws.new_stream(Arc::new(tx)), rx)
+        (
+            self.ws.new_stream(Arc::new(tx)),
+            Rx {
+                rx,
+                buf: RefCell::default(),
+            },
+        )
+    }
+}
+
+/// A stream's receiving side: its channel carries lists of responses (a
+/// `notify` sends one list per stream); this hands them out one by one.
+struct Rx {
+    rx: Receiver<Vec<WatchResponse>>,
+    buf: RefCell<VecDeque<WatchResponse>>,
+}
+
+impl Rx {
+    fn recv_timeout(&self, d: Duration) -> Result<WatchResponse, RecvTimeoutError> {
+        if let Some(r) = self.buf.borrow_mut().pop_front() {
+            return Ok(r);
+        }
+        let batch = self.rx.recv_timeout(d)?;
+        self.buf.borrow_mut().extend(batch);
+        Ok(self
+            .buf
+            .borrow_mut()
+            .pop_front()
+            .expect("lists are never empty"))
+    }
+
+    fn try_recv(&self) -> Result<WatchResponse, TryRecvError> {
+        if let Some(r) = self.buf.borrow_mut().pop_front() {
+            return Ok(r);
+        }
+        let batch = self.rx.try_recv()?;
+        self.buf.borrow_mut().extend(batch);
+        Ok(self
+            .buf
+            .borrow_mut()
+            .pop_front()
+            .expect("lists are never empty"))
     }
 }
 
@@ -86,13 +129,13 @@ fn from(rev: i64) -> WatchOptions {
     }
 }
 
-fn recv(rx: &Receiver<WatchResponse>) -> WatchResponse {
+fn recv(rx: &Rx) -> WatchResponse {
     rx.recv_timeout(Duration::from_secs(5))
         .expect("a watch response within 5s")
 }
 
 /// (revision, key, type) of every event received until `n` events arrived.
-fn collect(rx: &Receiver<WatchResponse>, n: usize) -> Vec<(i64, String, i32)> {
+fn collect(rx: &Rx, n: usize) -> Vec<(i64, String, i32)> {
     let mut out = Vec::new();
     while out.len() < n {
         let r = recv(rx);
@@ -535,7 +578,8 @@ fn test_notify_cuts_large_batches_at_revision_boundaries() {
 #[test]
 fn test_notify_victim_mid_batch_loses_nothing() {
     let t = setup();
-    // room for one response: the second cut of the batch parks the watcher
+    // room for one message: the batch's cut responses travel together in
+    // it, the next batch finds the channel full and parks the watcher
     let (s, rx) = t.stream(1);
     watch(&s, "k", "", from(0));
     let big = "y".repeat(30 * 1024);
@@ -547,5 +591,52 @@ fn test_notify_victim_mid_batch_loses_nothing() {
         got.iter().map(|e| e.0).collect::<Vec<_>>(),
         (2..=10).collect::<Vec<_>>()
     );
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+}
+
+/// A stream's watchers get one message per batch; when it is refused they
+/// all become victims holding their own replies, and each still gets every
+/// event once, in order, with prev_kv as it asked.
+#[test]
+fn test_notify_parks_every_watcher_of_a_full_stream() {
+    let t = setup();
+    let (s, rx) = t.stream(1);
+    let plain = watch(&s, "k", "", from(0));
+    let with_prev = watch(
+        &s,
+        "k",
+        "",
+        WatchOptions {
+            prev_kv: true,
+            ..Default::default()
+        },
+    );
+    let prefix = watch(&s, "k", "l", from(0));
+    for i in 0..200 {
+        t.put("k", &i.to_string());
+    }
+    let mut per: std::collections::BTreeMap<i64, Vec<(i64, Option<String>)>> = Default::default();
+    while per.values().map(Vec::len).sum::<usize>() < 600 {
+        let r = recv(&rx);
+        for e in r.events {
+            let prev = e
+                .prev_kv
+                .map(|p| String::from_utf8(p.value.to_vec()).unwrap());
+            per.entry(r.watch_id)
+                .or_default()
+                .push((e.kv.unwrap().mod_revision, prev));
+        }
+    }
+    let revs = |id: i64| per[&id].iter().map(|e| e.0).collect::<Vec<_>>();
+    for id in [plain, with_prev, prefix] {
+        assert_eq!(revs(id), (2..=201).collect::<Vec<_>>(), "watcher {id}");
+    }
+    assert!(per[&plain].iter().all(|e| e.1.is_none()));
+    assert!(per[&prefix].iter().all(|e| e.1.is_none()));
+    let prevs: Vec<Option<String>> = per[&with_prev].iter().map(|e| e.1.clone()).collect();
+    let want: Vec<Option<String>> = std::iter::once(None)
+        .chain((0..199).map(|i| Some(i.to_string())))
+        .collect();
+    assert_eq!(prevs, want);
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
 }

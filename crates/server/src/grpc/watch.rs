@@ -10,7 +10,9 @@
 //!                 [stream channel, CHAN_BUF_LEN] ───> ResponseStream ──> client
 //! ```
 //!
-//! Every response of the stream goes through the one bounded stream channel,
+//! Every response of the stream goes through the one bounded stream channel
+//! (its messages are lists of responses: the store sends one list per
+//! committed batch with the replies of all the stream's watchers),
 //! so the order is the order of queueing: a `created` response is queued
 //! before its watcher is registered (it precedes every event of the
 //! watcher), a `canceled` response after it is removed (no event follows
@@ -48,7 +50,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
-/// Capacity of a stream's response channel (etcd's `chanBufLen`).
+/// Capacity of a stream's response channel, in messages (etcd's
+/// `chanBufLen`, which counts single responses).
 pub const CHAN_BUF_LEN: usize = 128;
 
 pub struct WatchService {
@@ -56,12 +59,12 @@ pub struct WatchService {
 }
 
 /// The store side of a stream channel.
-struct TokioSink(mpsc::Sender<WatchReply>);
+struct TokioSink(mpsc::Sender<Vec<WatchReply>>);
 
 impl WatchSink for TokioSink {
-    fn try_send(&self, resp: WatchReply) -> Result<(), SinkError> {
-        self.0.try_send(resp).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(r) => SinkError::Full(Box::new(r)),
+    fn try_send(&self, replies: Vec<WatchReply>) -> Result<(), SinkError> {
+        self.0.try_send(replies).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(r) => SinkError::Full(r),
             mpsc::error::TrySendError::Closed(_) => SinkError::Closed,
         })
     }
@@ -108,7 +111,7 @@ impl WatchService {
 async fn recv_loop(
     mut inbound: Streaming<WatchRequest>,
     ws: Arc<WatchStream>,
-    tx: mpsc::Sender<WatchReply>,
+    tx: mpsc::Sender<Vec<WatchReply>>,
     fragmenting: Fragmenting,
 ) {
     loop {
@@ -144,7 +147,7 @@ async fn recv_loop(
             }
             None => continue,
         };
-        if tx.send(resp.into()).await.is_err() {
+        if tx.send(vec![resp.into()]).await.is_err() {
             return;
         }
     }
@@ -165,7 +168,7 @@ enum Create {
 async fn create(
     ws: &WatchStream,
     c: WatchCreateRequest,
-    tx: &mpsc::Sender<WatchReply>,
+    tx: &mpsc::Sender<Vec<WatchReply>>,
     fragmenting: &Fragmenting,
 ) -> Create {
     let rev = ws.rev();
@@ -193,7 +196,7 @@ async fn create(
         created: true,
         ..Default::default()
     };
-    if tx.send(created.into()).await.is_err() {
+    if tx.send(vec![created.into()]).await.is_err() {
         return Create::Closed;
     }
     let start_rev = match c.start_revision {
@@ -222,20 +225,22 @@ async fn create(
 /// which drops the stream's [`WatchStream`] with it (its watchers end).
 pub(crate) struct ResponseStream {
     server: Arc<EtcdServer>,
-    rx: mpsc::Receiver<WatchReply>,
+    rx: mpsc::Receiver<Vec<WatchReply>>,
     ticker: tokio::time::Interval,
     ws: Arc<WatchStream>,
     fragmenting: Fragmenting,
     /// The largest response before fragmenting splits it.
     max: usize,
-    /// Fragments of a split response not yet handed out.
+    /// Replies taken from the channel, not yet handed out.
+    incoming: std::vec::IntoIter<WatchReply>,
+    /// Fragments of a split response not yet handed out (before `incoming`).
     queued: VecDeque<WatchReply>,
 }
 
 impl ResponseStream {
     fn new(
         server: Arc<EtcdServer>,
-        rx: mpsc::Receiver<WatchReply>,
+        rx: mpsc::Receiver<Vec<WatchReply>>,
         ws: Arc<WatchStream>,
         fragmenting: Fragmenting,
     ) -> ResponseStream {
@@ -259,6 +264,7 @@ impl ResponseStream {
             ws,
             fragmenting,
             max,
+            incoming: Vec::new().into_iter(),
             queued: VecDeque::new(),
         }
     }
@@ -272,12 +278,26 @@ impl Stream for ResponseStream {
         if let Some(p) = this.queued.pop_front() {
             return Poll::Ready(Some(Ok(p)));
         }
-        // a tick queues progress responses into the channel polled below
-        while this.ticker.poll_tick(cx).is_ready() {
-            this.ws.progress_tick();
-        }
-        let Some(mut r) = ready!(this.rx.poll_recv(cx)) else {
-            return Poll::Ready(None);
+        let mut r = match this.incoming.next() {
+            Some(r) => r,
+            None => {
+                // a tick queues progress responses into the channel
+                while this.ticker.poll_tick(cx).is_ready() {
+                    this.ws.progress_tick();
+                }
+                let Some(batch) = ready!(this.rx.poll_recv(cx)) else {
+                    return Poll::Ready(None);
+                };
+                this.incoming = batch.into_iter();
+                match this.incoming.next() {
+                    Some(r) => r,
+                    // never sent empty; nothing to hand out, poll again
+                    None => {
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                }
+            }
         };
         let rev = r.resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
         r.resp.header = Some(this.server.header(rev));
