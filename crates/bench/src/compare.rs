@@ -501,7 +501,19 @@ async fn run_suite(
     }
     out.rss_end = servers.max_rss();
     drop(servers);
+    settle_disk(&dir, nodes).await;
     Ok(out)
+}
+
+/// Leaves the disk quiet for the next server: removes this run's data dirs
+/// (keeping the logs) and waits for the system's dirty pages to be written
+/// back, so that the next server's fsyncs do not queue behind the last
+/// one's writeback (which would favour whichever server writes less).
+async fn settle_disk(dir: &Path, nodes: usize) {
+    for i in 0..nodes {
+        let _ = std::fs::remove_dir_all(dir.join(format!("m{i}.etcd")));
+    }
+    let _ = tokio::task::spawn_blocking(rustix::fs::sync).await;
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
