@@ -74,6 +74,25 @@ impl SharedEvents {
         let len = picks.iter().map(|&i| batch.len_of(i)).sum();
         SharedEvents { batch, picks, len }
     }
+
+    /// The same events in a buffer of their own (when the batch's buffer
+    /// holds much more than them).
+    fn detached(&self) -> SharedEvents {
+        let mut own = EncodedEvents {
+            buf: Vec::with_capacity(self.len),
+            spans: Vec::with_capacity(self.picks.len()),
+        };
+        for &i in &self.picks {
+            let start = own.buf.len();
+            own.buf.extend_from_slice(self.batch.span(i));
+            own.spans.push((start, own.buf.len()));
+        }
+        SharedEvents {
+            batch: Arc::new(own),
+            picks: (0..self.picks.len() as u32).collect(),
+            len: self.len,
+        }
+    }
 }
 
 /// A response queued on a watch stream: a `WatchResponse` plus, for
@@ -94,11 +113,23 @@ impl From<WatchResponse> for WatchReply {
 }
 
 impl WatchReply {
-    /// A reply whose events are `shared`.
+    /// A reply whose events are `shared` (`resp` has none of its own).
     pub(crate) fn with_shared(resp: WatchResponse, shared: SharedEvents) -> WatchReply {
+        debug_assert!(resp.events.is_empty(), "events either decoded or shared");
         WatchReply {
             resp,
             shared: Some(shared),
+        }
+    }
+
+    /// For a reply that will wait long (its watcher parked as a victim):
+    /// its shared events copied out of the batch's buffer when that buffer
+    /// is much larger, so a slow client holds only its own events.
+    pub(crate) fn detach(&mut self) {
+        if let Some(s) = &self.shared {
+            if s.batch.buf.len() > 2 * s.len {
+                self.shared = Some(s.detached());
+            }
         }
     }
 
@@ -180,10 +211,12 @@ mod tests {
     /// same `WatchResponse`, decodes back to it, and reports its length.
     #[test]
     fn test_shared_reply_encodes_as_the_plain_response() {
+        let big = "v".repeat(1000);
         let events = [
             ev("a", "1", None),
             ev("b", "2", Some("0")),
             ev("c", "3", None),
+            ev("d", &big, None),
         ];
         let mut batch = EncodedEvents::default();
         let idx: Vec<u32> = events.iter().map(|e| batch.push(e)).collect();
@@ -215,6 +248,13 @@ mod tests {
         // a reply decodes as a WatchReply too (its events decoded)
         let back = WatchReply::decode(&reply.encode_to_vec()[..]).unwrap();
         assert_eq!(back.resp, plain);
+        // detached, it encodes the same from a buffer of its own
+        let mut d = reply.clone();
+        d.detach();
+        let own = d.shared.as_ref().unwrap();
+        assert!(!Arc::ptr_eq(&own.batch, &batch));
+        assert_eq!(own.batch.buf.len(), own.len);
+        assert_eq!(d.encode_to_vec(), plain.encode_to_vec());
         // plain replies are plain responses
         let r = WatchReply::from(plain.clone());
         assert_eq!(r.encode_to_vec(), plain.encode_to_vec());

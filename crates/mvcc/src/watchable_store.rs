@@ -213,7 +213,15 @@ impl Inner {
 
     /// Parks watcher `wk` as a victim holding `pending`; it needs
     /// `next_rev` next. Removes it from the synced/unsynced sets.
-    fn park(&mut self, wk: WatcherKey, pending: VecDeque<WatchReply>, next_rev: i64, events: bool) {
+    fn park(
+        &mut self,
+        wk: WatcherKey,
+        mut pending: VecDeque<WatchReply>,
+        next_rev: i64,
+        events: bool,
+    ) {
+        // a victim may wait long: it keeps only its own events alive
+        pending.iter_mut().for_each(WatchReply::detach);
         if let Some(w) = self.watchers.get_mut(&wk) {
             self.synced.remove(wk, &w.range);
             self.unsynced.remove(&wk);

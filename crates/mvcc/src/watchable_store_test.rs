@@ -576,20 +576,22 @@ fn test_notify_cuts_large_batches_at_revision_boundaries() {
 }
 
 #[test]
-fn test_notify_victim_mid_batch_loses_nothing() {
+fn test_notify_victim_with_several_replies_loses_nothing() {
     let t = setup();
-    // room for one message: the batch's cut responses travel together in
-    // it, the next batch finds the channel full and parks the watcher
+    // room for one message: a first put fills it, so the next batch's
+    // responses (cut in several at revision boundaries) are all parked
+    // with the watcher together
     let (s, rx) = t.stream(1);
     watch(&s, "k", "", from(0));
+    t.put("k", "first"); // 2
     let big = "y".repeat(30 * 1024);
     let puts: Vec<(&str, String)> = (0..8).map(|_| ("k", big.clone())).collect();
-    apply_puts(&t, &puts);
-    t.put("k", "last");
-    let got = collect(&rx, 9);
+    apply_puts(&t, &puts); // 3..=10, cut into 4 responses
+    t.put("k", "last"); // 11
+    let got = collect(&rx, 10);
     assert_eq!(
         got.iter().map(|e| e.0).collect::<Vec<_>>(),
-        (2..=10).collect::<Vec<_>>()
+        (2..=11).collect::<Vec<_>>()
     );
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
 }

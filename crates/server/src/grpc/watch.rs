@@ -44,6 +44,7 @@ use retcd_mvcc::{SinkError, WatchOptions, WatchRange, WatchReply, WatchSink, Wat
 use std::collections::HashSet;
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -53,19 +54,57 @@ use tonic::{Request, Response, Status, Streaming};
 /// Capacity of a stream's response channel, in messages (etcd's
 /// `chanBufLen`, which counts single responses).
 pub const CHAN_BUF_LEN: usize = 128;
+/// Most replies queued on a stream before the store parks its watchers
+/// (a message that alone exceeds it is taken when the queue is empty).
+/// With one message per committed batch holding a reply per watcher, this,
+/// not [`CHAN_BUF_LEN`], is what bounds a slow client's queue.
+pub const MAX_QUEUED_REPLIES: usize = 1024;
 
 pub struct WatchService {
     pub server: Arc<EtcdServer>,
 }
 
+/// Replies in a stream's channel: added before a message is queued,
+/// subtracted as the response stream hands each reply to gRPC.
+type Queued = Arc<AtomicUsize>;
+
 /// The store side of a stream channel.
-struct TokioSink(mpsc::Sender<Vec<WatchReply>>);
+struct TokioSink {
+    tx: mpsc::Sender<Vec<WatchReply>>,
+    queued: Queued,
+}
 
 impl WatchSink for TokioSink {
     fn try_send(&self, replies: Vec<WatchReply>) -> Result<(), SinkError> {
-        self.0.try_send(replies).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(r) => SinkError::Full(r),
-            mpsc::error::TrySendError::Closed(_) => SinkError::Closed,
+        let n = replies.len();
+        let before = self.queued.fetch_add(n, Ordering::Relaxed);
+        if before > 0 && before + n > MAX_QUEUED_REPLIES {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+            return Err(SinkError::Full(replies));
+        }
+        self.tx.try_send(replies).map_err(|e| {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+            match e {
+                mpsc::error::TrySendError::Full(r) => SinkError::Full(r),
+                mpsc::error::TrySendError::Closed(_) => SinkError::Closed,
+            }
+        })
+    }
+}
+
+/// The receive task's side of the stream channel: queues one reply,
+/// waiting for room.
+#[derive(Clone)]
+struct Sender {
+    tx: mpsc::Sender<Vec<WatchReply>>,
+    queued: Queued,
+}
+
+impl Sender {
+    async fn send(&self, reply: WatchReply) -> Result<(), ()> {
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(vec![reply]).await.map_err(|_| {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
         })
     }
 }
@@ -90,17 +129,20 @@ impl WatchService {
     ) -> Result<Response<ResponseStream>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(CHAN_BUF_LEN);
-        let ws = Arc::new(
-            self.server
-                .shared
-                .watch
-                .new_stream(Arc::new(TokioSink(tx.clone()))),
-        );
+        let queued = Queued::default();
+        let ws = Arc::new(self.server.shared.watch.new_stream(Arc::new(TokioSink {
+            tx: tx.clone(),
+            queued: queued.clone(),
+        })));
         let fragmenting: Fragmenting = Arc::default();
+        let tx = Sender {
+            tx,
+            queued: queued.clone(),
+        };
         tokio::spawn(recv_loop(inbound, ws.clone(), tx, fragmenting.clone()));
         Ok(Response::new(ResponseStream::new(
             self.server.clone(),
-            rx,
+            (rx, queued),
             ws,
             fragmenting,
         )))
@@ -111,7 +153,7 @@ impl WatchService {
 async fn recv_loop(
     mut inbound: Streaming<WatchRequest>,
     ws: Arc<WatchStream>,
-    tx: mpsc::Sender<Vec<WatchReply>>,
+    tx: Sender,
     fragmenting: Fragmenting,
 ) {
     loop {
@@ -147,7 +189,7 @@ async fn recv_loop(
             }
             None => continue,
         };
-        if tx.send(vec![resp.into()]).await.is_err() {
+        if tx.send(resp.into()).await.is_err() {
             return;
         }
     }
@@ -168,7 +210,7 @@ enum Create {
 async fn create(
     ws: &WatchStream,
     c: WatchCreateRequest,
-    tx: &mpsc::Sender<Vec<WatchReply>>,
+    tx: &Sender,
     fragmenting: &Fragmenting,
 ) -> Create {
     let rev = ws.rev();
@@ -196,7 +238,7 @@ async fn create(
         created: true,
         ..Default::default()
     };
-    if tx.send(vec![created.into()]).await.is_err() {
+    if tx.send(created.into()).await.is_err() {
         return Create::Closed;
     }
     let start_rev = match c.start_revision {
@@ -226,6 +268,8 @@ async fn create(
 pub(crate) struct ResponseStream {
     server: Arc<EtcdServer>,
     rx: mpsc::Receiver<Vec<WatchReply>>,
+    /// Replies in `rx` and `incoming` (see [`MAX_QUEUED_REPLIES`]).
+    queued: Queued,
     ticker: tokio::time::Interval,
     ws: Arc<WatchStream>,
     fragmenting: Fragmenting,
@@ -234,13 +278,13 @@ pub(crate) struct ResponseStream {
     /// Replies taken from the channel, not yet handed out.
     incoming: std::vec::IntoIter<WatchReply>,
     /// Fragments of a split response not yet handed out (before `incoming`).
-    queued: VecDeque<WatchReply>,
+    split: VecDeque<WatchReply>,
 }
 
 impl ResponseStream {
     fn new(
         server: Arc<EtcdServer>,
-        rx: mpsc::Receiver<Vec<WatchReply>>,
+        (rx, queued): (mpsc::Receiver<Vec<WatchReply>>, Queued),
         ws: Arc<WatchStream>,
         fragmenting: Fragmenting,
     ) -> ResponseStream {
@@ -260,12 +304,13 @@ impl ResponseStream {
         ResponseStream {
             server,
             rx,
+            queued,
             ticker,
             ws,
             fragmenting,
             max,
             incoming: Vec::new().into_iter(),
-            queued: VecDeque::new(),
+            split: VecDeque::new(),
         }
     }
 }
@@ -275,7 +320,7 @@ impl Stream for ResponseStream {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if let Some(p) = this.queued.pop_front() {
+        if let Some(p) = this.split.pop_front() {
             return Poll::Ready(Some(Ok(p)));
         }
         let mut r = match this.incoming.next() {
@@ -299,17 +344,18 @@ impl Stream for ResponseStream {
                 }
             }
         };
+        this.queued.fetch_sub(1, Ordering::Relaxed);
         let rev = r.resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
         r.resp.header = Some(this.server.header(rev));
         if r.event_count() > 1
             && r.encoded_len() >= this.max
             && this.fragmenting.lock().contains(&r.resp.watch_id)
         {
-            this.queued = fragments(r.into_response(), this.max)
+            this.split = fragments(r.into_response(), this.max)
                 .into_iter()
                 .map(WatchReply::from)
                 .collect();
-            let first = this.queued.pop_front();
+            let first = this.split.pop_front();
             return Poll::Ready(first.map(Ok));
         }
         Poll::Ready(Some(Ok(r)))
@@ -351,6 +397,30 @@ fn fragments(wr: WatchResponse, max: usize) -> Vec<WatchResponse> {
 mod tests {
     use super::*;
     use retcd_api::mvccpb::{Event, KeyValue};
+
+    /// The sink bounds a stream's queue by replies, not only by messages;
+    /// a message larger than the bound alone is taken by an empty queue.
+    #[test]
+    fn test_sink_bounds_queued_replies() {
+        let (tx, mut rx) = mpsc::channel(CHAN_BUF_LEN);
+        let sink = TokioSink {
+            tx,
+            queued: Queued::default(),
+        };
+        let replies = |n: usize| vec![WatchReply::default(); n];
+        assert!(sink.try_send(replies(1000)).is_ok());
+        match sink.try_send(replies(100)) {
+            Err(SinkError::Full(back)) => assert_eq!(back.len(), 100),
+            other => panic!("expected Full, got {other:?}"),
+        }
+        assert!(sink.try_send(replies(24)).is_ok(), "up to the bound");
+        assert_eq!(sink.queued.load(Ordering::Relaxed), MAX_QUEUED_REPLIES);
+        // the response stream hands them out (and subtracts them)
+        for b in [rx.try_recv().unwrap(), rx.try_recv().unwrap()] {
+            sink.queued.fetch_sub(b.len(), Ordering::Relaxed);
+        }
+        assert!(sink.try_send(replies(2 * MAX_QUEUED_REPLIES)).is_ok());
+    }
 
     #[test]
     fn test_fragments() {
