@@ -65,7 +65,7 @@ pub struct WatchService {
 }
 
 /// Replies in a stream's channel: added before a message is queued,
-/// subtracted as the response stream hands each reply to gRPC.
+/// subtracted when the response stream takes the message out.
 type Queued = Arc<AtomicUsize>;
 
 /// The store side of a stream channel.
@@ -268,7 +268,7 @@ async fn create(
 pub(crate) struct ResponseStream {
     server: Arc<EtcdServer>,
     rx: mpsc::Receiver<Vec<WatchReply>>,
-    /// Replies in `rx` and `incoming` (see [`MAX_QUEUED_REPLIES`]).
+    /// Replies in `rx` (see [`MAX_QUEUED_REPLIES`]).
     queued: Queued,
     ticker: tokio::time::Interval,
     ws: Arc<WatchStream>,
@@ -333,6 +333,7 @@ impl Stream for ResponseStream {
                 let Some(batch) = ready!(this.rx.poll_recv(cx)) else {
                     return Poll::Ready(None);
                 };
+                this.queued.fetch_sub(batch.len(), Ordering::Relaxed);
                 this.incoming = batch.into_iter();
                 match this.incoming.next() {
                     Some(r) => r,
@@ -344,7 +345,6 @@ impl Stream for ResponseStream {
                 }
             }
         };
-        this.queued.fetch_sub(1, Ordering::Relaxed);
         let rev = r.resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
         r.resp.header = Some(this.server.header(rev));
         if r.event_count() > 1
