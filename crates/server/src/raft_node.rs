@@ -171,7 +171,11 @@ impl RaftNode {
                     last_durable = Instant::now();
                 }
             }
-            if !reads.pending.is_empty() {
+            // One ReadIndex in flight at a time, as etcd's
+            // linearizableReadLoop: reads arriving meanwhile share the next
+            // one (on several members each ReadIndex is a heartbeat round
+            // and messages on every member; one member answers at once).
+            if !reads.pending.is_empty() && reads.inflight.is_empty() {
                 let ctx = reads.next_ctx;
                 reads.next_ctx += 1;
                 self.raw.read_index(ctx.to_be_bytes().to_vec());
