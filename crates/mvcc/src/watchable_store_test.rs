@@ -77,30 +77,25 @@ struct Rx {
 }
 
 impl Rx {
-    fn recv_timeout(&self, d: Duration) -> Result<WatchResponse, RecvTimeoutError> {
-        if let Some(r) = self.buf.borrow_mut().pop_front() {
-            return Ok(r);
+    /// The next response: left over from the last list, or from the list
+    /// `get` takes off the channel.
+    fn next<E>(
+        &self,
+        get: impl FnOnce(&Receiver<Vec<WatchResponse>>) -> Result<Vec<WatchResponse>, E>,
+    ) -> Result<WatchResponse, E> {
+        let mut buf = self.buf.borrow_mut();
+        if buf.is_empty() {
+            buf.extend(get(&self.rx)?);
         }
-        let batch = self.rx.recv_timeout(d)?;
-        self.buf.borrow_mut().extend(batch);
-        Ok(self
-            .buf
-            .borrow_mut()
-            .pop_front()
-            .expect("lists are never empty"))
+        Ok(buf.pop_front().expect("lists are never empty"))
+    }
+
+    fn recv_timeout(&self, d: Duration) -> Result<WatchResponse, RecvTimeoutError> {
+        self.next(|rx| rx.recv_timeout(d))
     }
 
     fn try_recv(&self) -> Result<WatchResponse, TryRecvError> {
-        if let Some(r) = self.buf.borrow_mut().pop_front() {
-            return Ok(r);
-        }
-        let batch = self.rx.try_recv()?;
-        self.buf.borrow_mut().extend(batch);
-        Ok(self
-            .buf
-            .borrow_mut()
-            .pop_front()
-            .expect("lists are never empty"))
+        self.next(Receiver::try_recv)
     }
 }
 
