@@ -181,8 +181,8 @@ struct Inner {
     victims: BTreeSet<WatcherKey>,
     streams: HashMap<u64, StreamState>,
     next_stream: u64,
-    /// `notify`'s watcher -> reply slot map, empty between calls.
-    notify_slot: HashMap<WatcherKey, usize>,
+    /// Number of the last `notify` call (see `Watcher::notify_slot`).
+    notify_gen: u64,
 }
 
 impl Inner {
@@ -362,8 +362,10 @@ impl WatchableStore {
         // batch) the events it gets, each as `2 * index + with_prev_kv`;
         // per event, which of its two encodings someone needs.
         let mut wanted: Vec<(WatcherKey, Vec<u32>)> = Vec::new();
-        // (scratch kept in `inner` so that its capacity is reused)
-        let mut slot = std::mem::take(&mut inner.notify_slot);
+        // a watcher's entry in `wanted` is remembered in the watcher itself,
+        // stamped with this call's number
+        inner.notify_gen += 1;
+        let gen = inner.notify_gen;
         let mut need = vec![[false; 2]; events.len()];
         let mut cands: Vec<WatcherKey> = Vec::new();
         for (i, (r, ev)) in events.iter().enumerate() {
@@ -371,18 +373,22 @@ impl WatchableStore {
             cands.clear();
             cands.extend(inner.synced.candidates(key));
             for &wk in &cands {
-                let Some(w) = inner.watchers.get(&wk) else {
+                let Some(w) = inner.watchers.get_mut(&wk) else {
                     continue;
                 };
                 if w.min_rev > *r || !w.range.contains(key) {
                     continue;
                 }
                 let Some(prev) = w.wants(ev) else { continue };
-                let j = *slot.entry(wk).or_insert_with(|| {
+                if w.notify_slot.0 != gen {
+                    w.notify_slot = (gen, wanted.len());
+                    // sent or parked below, either way it got events
+                    w.sent_since_tick = true;
                     wanted.push((wk, Vec::new()));
-                    wanted.len() - 1
-                });
-                wanted[j].1.push(2 * i as u32 + u32::from(prev));
+                }
+                wanted[w.notify_slot.1]
+                    .1
+                    .push(2 * i as u32 + u32::from(prev));
                 need[i][usize::from(prev)] = true;
             }
         }
@@ -448,13 +454,7 @@ impl WatchableStore {
                     continue;
                 };
                 match st.sink.try_send(replies) {
-                    Ok(()) => {
-                        for (wk, _, _) in members {
-                            if let Some(w) = inner.watchers.get_mut(&wk) {
-                                w.sent_since_tick = true;
-                            }
-                        }
-                    }
+                    Ok(()) => {}
                     Err(SinkError::Full(back)) => {
                         // every watcher of the stream keeps its replies
                         parked = true;
@@ -468,8 +468,6 @@ impl WatchableStore {
                 }
             }
         }
-        slot.clear();
-        inner.notify_slot = slot;
         inner.rev = inner.rev.max(rev);
         drop(guard);
         if parked {
@@ -811,6 +809,7 @@ impl WatchStream {
             },
             opts,
             sent_since_tick: false,
+            notify_slot: (0, 0),
             state: WatcherState::Unsynced,
         };
         let wk = (self.id, id);

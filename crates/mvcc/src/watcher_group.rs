@@ -122,6 +122,9 @@ pub(crate) struct Watcher {
     pub(crate) opts: WatchOptions,
     /// Whether events were queued since the last progress tick.
     pub(crate) sent_since_tick: bool,
+    /// `notify`'s scratch: (call number, index of this watcher's entry in
+    /// that call's plan); stale when the number is not the current call's.
+    pub(crate) notify_slot: (u64, usize),
     pub(crate) state: WatcherState,
 }
 
