@@ -38,35 +38,29 @@ fn truncated() -> DecodeError {
     decode_varint(&mut &[0x80u8][..]).expect_err("a varint cut short")
 }
 
-/// The first 8 bytes of the value of the event encoded in `ev`.
-fn scan_event(mut ev: &[u8]) -> Result<Option<u64>, DecodeError> {
-    let ctx = DecodeContext::default();
-    while ev.has_remaining() {
-        let (tag, wt) = decode_key(&mut ev)?;
-        if tag != EVENT_KV || wt != WireType::LengthDelimited {
-            skip_field(wt, tag, &mut ev, ctx.clone())?;
+/// The first length-delimited field `tag` of the message encoded in `msg`.
+fn field(mut msg: &[u8], tag: u32) -> Result<Option<&[u8]>, DecodeError> {
+    while msg.has_remaining() {
+        let (t, wt) = decode_key(&mut msg)?;
+        if t != tag || wt != WireType::LengthDelimited {
+            skip_field(wt, t, &mut msg, DecodeContext::default())?;
             continue;
         }
-        let len = decode_varint(&mut ev)? as usize;
-        if len > ev.len() {
-            return Err(truncated());
-        }
-        let (mut kv, rest) = ev.split_at(len);
-        ev = rest;
-        while kv.has_remaining() {
-            let (tag, wt) = decode_key(&mut kv)?;
-            if tag != KV_VALUE || wt != WireType::LengthDelimited {
-                skip_field(wt, tag, &mut kv, ctx.clone())?;
-                continue;
-            }
-            let len = decode_varint(&mut kv)? as usize;
-            if len > kv.len() {
-                return Err(truncated());
-            }
-            return Ok(kv[..len].first_chunk::<8>().map(|b| u64::from_le_bytes(*b)));
-        }
+        let len = decode_varint(&mut msg)? as usize;
+        return msg.get(..len).map(Some).ok_or_else(truncated);
     }
     Ok(None)
+}
+
+/// The first 8 bytes of the value of the event encoded in `ev`.
+fn scan_event(ev: &[u8]) -> Result<Option<u64>, DecodeError> {
+    let Some(kv) = field(ev, EVENT_KV)? else {
+        return Ok(None);
+    };
+    let value = field(kv, KV_VALUE)?;
+    Ok(value
+        .and_then(|v| v.first_chunk::<8>())
+        .map(|b| u64::from_le_bytes(*b)))
 }
 
 impl Message for LiteWatchResponse {
