@@ -68,13 +68,15 @@ pub struct WatchService {
 /// subtracted when the response stream takes the message out.
 type Queued = Arc<AtomicUsize>;
 
-/// The store side of a stream channel.
-struct TokioSink {
+/// The sending side of a stream channel: the store's sink, and the
+/// receive task's way to queue created/canceled responses.
+#[derive(Clone)]
+struct StreamTx {
     tx: mpsc::Sender<Vec<WatchReply>>,
     queued: Queued,
 }
 
-impl WatchSink for TokioSink {
+impl WatchSink for StreamTx {
     fn try_send(&self, replies: Vec<WatchReply>) -> Result<(), SinkError> {
         let n = replies.len();
         let before = self.queued.fetch_add(n, Ordering::Relaxed);
@@ -92,15 +94,8 @@ impl WatchSink for TokioSink {
     }
 }
 
-/// The receive task's side of the stream channel: queues one reply,
-/// waiting for room.
-#[derive(Clone)]
-struct Sender {
-    tx: mpsc::Sender<Vec<WatchReply>>,
-    queued: Queued,
-}
-
-impl Sender {
+impl StreamTx {
+    /// Queues one reply from the receive task, waiting for room.
     async fn send(&self, reply: WatchReply) -> Result<(), ()> {
         self.queued.fetch_add(1, Ordering::Relaxed);
         self.tx.send(vec![reply]).await.map_err(|_| {
@@ -129,20 +124,18 @@ impl WatchService {
     ) -> Result<Response<ResponseStream>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(CHAN_BUF_LEN);
-        let queued = Queued::default();
-        let ws = Arc::new(self.server.shared.watch.new_stream(Arc::new(TokioSink {
-            tx: tx.clone(),
-            queued: queued.clone(),
-        })));
-        let fragmenting: Fragmenting = Arc::default();
-        let tx = Sender {
+        let tx = StreamTx {
             tx,
-            queued: queued.clone(),
+            queued: Queued::default(),
         };
+        let queued = tx.queued.clone();
+        let ws = Arc::new(self.server.shared.watch.new_stream(Arc::new(tx.clone())));
+        let fragmenting: Fragmenting = Arc::default();
         tokio::spawn(recv_loop(inbound, ws.clone(), tx, fragmenting.clone()));
         Ok(Response::new(ResponseStream::new(
             self.server.clone(),
-            (rx, queued),
+            rx,
+            queued,
             ws,
             fragmenting,
         )))
@@ -153,7 +146,7 @@ impl WatchService {
 async fn recv_loop(
     mut inbound: Streaming<WatchRequest>,
     ws: Arc<WatchStream>,
-    tx: Sender,
+    tx: StreamTx,
     fragmenting: Fragmenting,
 ) {
     loop {
@@ -210,7 +203,7 @@ enum Create {
 async fn create(
     ws: &WatchStream,
     c: WatchCreateRequest,
-    tx: &Sender,
+    tx: &StreamTx,
     fragmenting: &Fragmenting,
 ) -> Create {
     let rev = ws.rev();
@@ -284,7 +277,8 @@ pub(crate) struct ResponseStream {
 impl ResponseStream {
     fn new(
         server: Arc<EtcdServer>,
-        (rx, queued): (mpsc::Receiver<Vec<WatchReply>>, Queued),
+        rx: mpsc::Receiver<Vec<WatchReply>>,
+        queued: Queued,
         ws: Arc<WatchStream>,
         fragmenting: Fragmenting,
     ) -> ResponseStream {
@@ -323,27 +317,19 @@ impl Stream for ResponseStream {
         if let Some(p) = this.split.pop_front() {
             return Poll::Ready(Some(Ok(p)));
         }
-        let mut r = match this.incoming.next() {
-            Some(r) => r,
-            None => {
-                // a tick queues progress responses into the channel
-                while this.ticker.poll_tick(cx).is_ready() {
-                    this.ws.progress_tick();
-                }
-                let Some(batch) = ready!(this.rx.poll_recv(cx)) else {
-                    return Poll::Ready(None);
-                };
-                this.queued.fetch_sub(batch.len(), Ordering::Relaxed);
-                this.incoming = batch.into_iter();
-                match this.incoming.next() {
-                    Some(r) => r,
-                    // never sent empty; nothing to hand out, poll again
-                    None => {
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
-                    }
-                }
+        let mut r = loop {
+            if let Some(r) = this.incoming.next() {
+                break r;
             }
+            // a tick queues progress responses into the channel
+            while this.ticker.poll_tick(cx).is_ready() {
+                this.ws.progress_tick();
+            }
+            let Some(batch) = ready!(this.rx.poll_recv(cx)) else {
+                return Poll::Ready(None);
+            };
+            this.queued.fetch_sub(batch.len(), Ordering::Relaxed);
+            this.incoming = batch.into_iter();
         };
         let rev = r.resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
         r.resp.header = Some(this.server.header(rev));
@@ -403,7 +389,7 @@ mod tests {
     #[test]
     fn test_sink_bounds_queued_replies() {
         let (tx, mut rx) = mpsc::channel(CHAN_BUF_LEN);
-        let sink = TokioSink {
+        let sink = StreamTx {
             tx,
             queued: Queued::default(),
         };

@@ -522,15 +522,7 @@ impl Wal {
             .file
             .write_all_at(buf, self.offset)
             .map_err(io_err(format!("write {name}")));
-        let res = res.and_then(|()| {
-            if !sync {
-                return Ok(());
-            }
-            self.sync_count += 1;
-            self.file
-                .sync_data()
-                .map_err(io_err(format!("fdatasync {name}")))
-        });
+        let res = res.and_then(|()| if sync { self.sync_file() } else { Ok(()) });
         if res.is_err() {
             self.failed = true;
         }
@@ -539,6 +531,14 @@ impl Wal {
         self.enc = enc;
         self.unsynced = !sync;
         Ok(())
+    }
+
+    /// fdatasyncs the current segment (counted in `sync_count`).
+    fn sync_file(&mut self) -> Result<()> {
+        self.sync_count += 1;
+        self.file
+            .sync_data()
+            .map_err(io_err(format!("fdatasync {}", self.current_name())))
     }
 
     fn current_name(&self) -> String {
@@ -563,10 +563,7 @@ impl Wal {
             // the new segment's crc record chains over the old segment's
             // last record: that record must be durable first (etcd's cut
             // syncs the old tail too)
-            self.sync_count += 1;
-            self.file
-                .sync_data()
-                .map_err(io_err(format!("fdatasync {}", self.current_name())))?;
+            self.sync_file()?;
             self.unsynced = false;
         }
         let seq = self.segments.last().map_or(0, |s| s.name.seq + 1);
