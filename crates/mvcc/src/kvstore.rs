@@ -43,7 +43,7 @@
 //! else of `published` changes).
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -114,6 +114,10 @@ pub struct KvStore {
     pub(crate) defrag_lock: Mutex<()>,
     /// Deletes compacted revisions in the background.
     pub(crate) compactor: Compactor,
+    /// Watchers that asked for `prev_kv` (kept by the watchable store):
+    /// while there are none, an overwriting put does not read the value
+    /// it replaces.
+    pub(crate) prev_kv_watchers: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for KvStore {
@@ -258,6 +262,7 @@ impl KvStore {
             index: RwLock::new(l.index),
             published,
             compactor,
+            prev_kv_watchers: Arc::default(),
         };
         if let Some((rev, keep)) = l.resume {
             tracing::info!(

@@ -23,6 +23,7 @@ use retcd_api::etcdserverpb::{
 };
 use retcd_api::mvccpb::{event::EventType, Event, KeyValue};
 use retcd_storage::backend::{commit_with, CommitPolicy, KEY, META};
+use std::sync::atomic::Ordering;
 
 use crate::index::KeyRange;
 use crate::kvstore::{KvStore, CONSISTENT_INDEX_KEY, TERM_KEY};
@@ -198,18 +199,27 @@ impl<'a> WriteBatch<'a> {
 
     fn put_in(&mut self, op: &mut Op, req: &PutRequest) -> Result<PutResponse, MvccError> {
         let rev = op.write_rev();
-        let found = self.store.index.read().get(&req.key, rev);
-        let prev = match found {
-            Ok((modified, created, ver)) => Some((
-                range::read_kv(&self.wtxn().open_table(KEY)?, modified)?,
-                created.main,
-                ver,
-            )),
-            Err(_) => None,
+        let found = self.store.index.read().get(&req.key, rev).ok();
+        // The previous value is read only when something needs it: the
+        // request, or a watcher asking for prev_kv (a watcher that starts
+        // after this check gets it filled at notify, as etcd reads it when
+        // sending). Reading it for every overwrite was a random page read
+        // per put on the apply path.
+        let need_prev = req.prev_kv
+            || req.ignore_value
+            || req.ignore_lease
+            || self.store.prev_kv_watchers.load(Ordering::Relaxed) > 0;
+        let prev_kv = match found {
+            Some((modified, _, _)) if need_prev => {
+                Some(range::read_kv(&self.wtxn().open_table(KEY)?, modified)?)
+            }
+            _ => None,
         };
-        let (value, lease) = match &prev {
-            None if req.ignore_value || req.ignore_lease => return Err(MvccError::KeyNotFound),
-            Some((p, _, _)) => (
+        let (value, lease) = match (&found, &prev_kv) {
+            (None, _) if req.ignore_value || req.ignore_lease => {
+                return Err(MvccError::KeyNotFound)
+            }
+            (Some(_), Some(p)) => (
                 if req.ignore_value {
                     p.value.clone()
                 } else {
@@ -217,13 +227,13 @@ impl<'a> WriteBatch<'a> {
                 },
                 if req.ignore_lease { p.lease } else { req.lease },
             ),
-            None => (req.value.clone().into(), req.lease),
+            _ => (req.value.clone().into(), req.lease),
         };
         let kv = KeyValue {
             key: req.key.clone().into(),
-            create_revision: prev.as_ref().map_or(rev, |p| p.1),
+            create_revision: found.map_or(rev, |(_, created, _)| created.main),
             mod_revision: rev,
-            version: prev.as_ref().map_or(0, |p| p.2) + 1,
+            version: found.map_or(0, |(_, _, ver)| ver) + 1,
             value,
             lease,
         };
@@ -234,7 +244,6 @@ impl<'a> WriteBatch<'a> {
         self.index_dirty = true;
         self.store.index.write().put(&req.key, idx_rev);
         op.changes += 1;
-        let prev_kv = prev.map(|p| p.0);
         self.events.push((
             rev,
             Event {

@@ -61,6 +61,7 @@
 
 use foldhash::HashMap;
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -147,6 +148,15 @@ fn shared(
     )
 }
 
+/// Whether `ev` could have a `prev_kv` but has none: anything but a
+/// creation (history events never carry one; a committed put carries it
+/// only if it was read).
+fn lacks_prev_kv(ev: &Event) -> bool {
+    let Some(kv) = &ev.kv else { return false };
+    let create = ev.r#type == EventType::Put as i32 && kv.create_revision == kv.mod_revision;
+    ev.prev_kv.is_none() && !create
+}
+
 /// Encodes `ev` without its `prev_kv`.
 fn push_without_prev(enc: &mut EncodedEvents, ev: &Event) -> u32 {
     if ev.prev_kv.is_none() {
@@ -183,6 +193,10 @@ struct Inner {
     next_stream: u64,
     /// Number of the last `notify` call (see `Watcher::notify_slot`).
     notify_gen: u64,
+    /// How many of `watchers` asked for `prev_kv`; shared with the store,
+    /// whose puts read the value they replace only while it is not zero.
+    /// Changed only under this lock, so `notify` sees it exact.
+    prev_kv_watchers: Arc<AtomicUsize>,
 }
 
 impl Inner {
@@ -259,6 +273,9 @@ impl Inner {
         let Some(w) = self.watchers.remove(&wk) else {
             return false;
         };
+        if w.opts.prev_kv {
+            self.prev_kv_watchers.fetch_sub(1, Ordering::Relaxed);
+        }
         self.synced.remove(wk, &w.range);
         self.unsynced.remove(&wk);
         self.victims.remove(&wk);
@@ -324,6 +341,7 @@ impl WatchableStore {
         let store = Arc::new(WatchableStore {
             inner: Mutex::new(Inner {
                 rev: kv.current_revision(),
+                prev_kv_watchers: kv.prev_kv_watchers.clone(),
                 ..Default::default()
             }),
             kv,
@@ -355,8 +373,19 @@ impl WatchableStore {
     /// several revisions in one response), cut at revision boundaries so
     /// that no response grows past [`MERGE_LIMIT_BYTES`] unless one
     /// revision alone does. A revision's events are never split.
-    pub fn notify(&self, rev: i64, events: Vec<(i64, Event)>) {
+    pub fn notify(&self, rev: i64, mut events: Vec<(i64, Event)>) {
         let mut guard = self.inner.lock();
+        // A put reads the value it replaces only while some watcher wants
+        // prev_kv; one that started since gets it read here (the count
+        // only changes under this lock, so after this check no watcher
+        // that wants it can appear before the plan below).
+        if guard.prev_kv_watchers.load(Ordering::Relaxed) > 0
+            && events.iter().any(|(_, ev)| lacks_prev_kv(ev))
+        {
+            drop(guard);
+            self.fill_prev_kv(&mut events, |_| true);
+            guard = self.inner.lock();
+        }
         let inner = &mut *guard;
         // Who wants what: per watcher (in order of its first event in the
         // batch) the events it gets, each as `2 * index + with_prev_kv`;
@@ -629,7 +658,9 @@ impl WatchableStore {
                     .map(|c| &c.range)
                     .collect();
                 if !prev_ranges.is_empty() {
-                    self.fill_prev_kv(&mut events, &prev_ranges);
+                    self.fill_prev_kv(&mut events, |key| {
+                        prev_ranges.iter().any(|rg| rg.contains(key))
+                    });
                 }
                 (events, end)
             }
@@ -706,14 +737,16 @@ impl WatchableStore {
         !inner.unsynced.is_empty()
     }
 
-    /// Sets `prev_kv` on the events in `ranges` that are not creations:
-    /// the key as of the revision before the event (none if compacted).
-    fn fill_prev_kv(&self, events: &mut [(i64, Event)], ranges: &[&WatchRange]) {
+    /// Sets `prev_kv` on the events without one whose key passes `wanted`,
+    /// but creations: the key as of the revision before the event (none if
+    /// compacted).
+    fn fill_prev_kv(&self, events: &mut [(i64, Event)], wanted: impl Fn(&[u8]) -> bool) {
         for (r, ev) in events.iter_mut() {
+            if !lacks_prev_kv(ev) {
+                continue;
+            }
             let Some(kv) = &ev.kv else { continue };
-            let create =
-                ev.r#type == EventType::Put as i32 && kv.create_revision == kv.mod_revision;
-            if create || !ranges.iter().any(|rg| rg.contains(&kv.key)) {
+            if !wanted(&kv.key) {
                 continue;
             }
             let req = RangeRequest {
@@ -813,7 +846,14 @@ impl WatchStream {
             state: WatcherState::Unsynced,
         };
         let wk = (self.id, id);
-        inner.watchers.insert(wk, w);
+        if w.opts.prev_kv {
+            inner.prev_kv_watchers.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(old) = inner.watchers.insert(wk, w) {
+            if old.opts.prev_kv {
+                inner.prev_kv_watchers.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         if synced {
             inner.set_synced(wk);
         } else {

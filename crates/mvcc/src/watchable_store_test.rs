@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -386,6 +387,61 @@ fn test_watch_filters_and_prev_kv() {
     assert!(r.events[0].prev_kv.is_none(), "a creation has no prev_kv");
     assert_eq!(r.events[1].prev_kv.as_ref().unwrap().value, &b"1"[..]);
     assert_eq!(r.events[2].prev_kv.as_ref().unwrap().value, &b"2"[..]);
+}
+
+/// Puts read the value they replace only while a watcher wants prev_kv; a
+/// watcher that starts between such a put's apply and its notify still
+/// gets prev_kv (read at notify), and puts while none wants it carry none.
+#[test]
+fn test_prev_kv_read_at_notify_for_a_watcher_started_after_apply() {
+    let t = setup();
+    t.put("foo", "1");
+    // applied while no watcher wants prev_kv: the event carries none
+    let mut b = t.kv.begin_batch().unwrap();
+    b.put(&put_req("foo", "2"), &NoLeases).unwrap();
+    let events = b.take_events();
+    assert!(events[0].1.prev_kv.is_none());
+    b.commit(false).unwrap();
+    let (s, rx) = t.stream(64);
+    let id = watch(
+        &s,
+        "foo",
+        "",
+        WatchOptions {
+            prev_kv: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(t.kv.prev_kv_watchers.load(Ordering::Relaxed), 1);
+    t.ws.notify(t.kv.current_revision(), events);
+    let r = recv(&rx);
+    assert_eq!(r.watch_id, id);
+    assert_eq!(r.events[0].prev_kv.as_ref().unwrap().value, &b"1"[..]);
+    // while it exists, puts read the value they replace at apply
+    let mut b = t.kv.begin_batch().unwrap();
+    let resp = b.put(&put_req("foo", "3"), &NoLeases).unwrap();
+    assert!(resp.prev_kv.is_none(), "not asked by the request");
+    assert_eq!(
+        b.take_events()[0].1.prev_kv.as_ref().unwrap().value,
+        &b"2"[..]
+    );
+    b.commit(false).unwrap();
+    // cancelled (and a stream dropped): the count goes back to zero
+    assert!(s.cancel(id));
+    assert_eq!(t.kv.prev_kv_watchers.load(Ordering::Relaxed), 0);
+    let id2 = watch(
+        &s,
+        "foo",
+        "",
+        WatchOptions {
+            prev_kv: true,
+            ..Default::default()
+        },
+    );
+    assert!(id2 != id);
+    assert_eq!(t.kv.prev_kv_watchers.load(Ordering::Relaxed), 1);
+    drop(s);
+    assert_eq!(t.kv.prev_kv_watchers.load(Ordering::Relaxed), 0);
 }
 
 /// A full channel parks the watcher (notify never blocks); once the reader
