@@ -332,7 +332,8 @@ struct RunResult {
     run: usize,
     flavor: Flavor,
     rows: Vec<RowResult>,
-    /// Largest member VmRSS right after put-100 (100k puts at scale 1), bytes.
+    /// Largest member VmRSS right after put-100 (100k puts at scale 1, 50k at
+    /// the usual 0.5), bytes.
     rss_after_puts: u64,
     /// Largest member VmRSS at the end of the suite.
     rss_end: u64,
@@ -537,7 +538,7 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-fn print_table(nodes: usize, runs: &[RunResult], rows: &[String]) {
+fn print_table(nodes: usize, runs: &[RunResult], rows: &[String], scale: f64) {
     let pick = |f: Flavor, row: &str, get: &dyn Fn(&RowResult) -> f64| -> f64 {
         median(
             runs.iter()
@@ -590,7 +591,8 @@ fn print_table(nodes: usize, runs: &[RunResult], rows: &[String]) {
     println!("\n| server RSS (largest member), MiB | etcd | retcd | ratio |");
     println!("|---|---:|---:|---:|");
     println!(
-        "| after put-100 (100k puts) | {e1:.1} | {r1:.1} | {} |",
+        "| after put-100 ({} puts) | {e1:.1} | {r1:.1} | {} |",
+        n(scale, 100_000),
         ratio(r1, e1)
     );
     println!("| end of suite | {e2:.1} | {r2:.1} | {} |", ratio(r2, e2));
@@ -697,7 +699,7 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
             }
         }
         if !json {
-            print_table(nodes, &results, &rows);
+            print_table(nodes, &results, &rows, a.scale);
         }
     }
     if json {
