@@ -403,15 +403,11 @@ fn test_prev_kv_read_at_notify_for_a_watcher_started_after_apply() {
     assert!(events[0].1.prev_kv.is_none());
     b.commit(false).unwrap();
     let (s, rx) = t.stream(64);
-    let id = watch(
-        &s,
-        "foo",
-        "",
-        WatchOptions {
-            prev_kv: true,
-            ..Default::default()
-        },
-    );
+    let prev_kv = || WatchOptions {
+        prev_kv: true,
+        ..Default::default()
+    };
+    let id = watch(&s, "foo", "", prev_kv());
     assert_eq!(t.kv.prev_kv_watchers.load(Ordering::Relaxed), 1);
     t.ws.notify(t.kv.current_revision(), events);
     let r = recv(&rx);
@@ -429,15 +425,7 @@ fn test_prev_kv_read_at_notify_for_a_watcher_started_after_apply() {
     // cancelled (and a stream dropped): the count goes back to zero
     assert!(s.cancel(id));
     assert_eq!(t.kv.prev_kv_watchers.load(Ordering::Relaxed), 0);
-    let id2 = watch(
-        &s,
-        "foo",
-        "",
-        WatchOptions {
-            prev_kv: true,
-            ..Default::default()
-        },
-    );
+    let id2 = watch(&s, "foo", "", prev_kv());
     assert!(id2 != id);
     assert_eq!(t.kv.prev_kv_watchers.load(Ordering::Relaxed), 1);
     drop(s);
