@@ -435,6 +435,37 @@ async fn run_row(row: &str, endpoints: &[String], scale: f64) -> Result<Report> 
     })
 }
 
+/// `Servers::start` in a fresh `dir`, again (up to three times) when a
+/// member lost its port: `free_port` releases the port it found before the
+/// server binds it, and an outgoing connection can take it meanwhile.
+async fn start_with_port_retry(
+    bin: &Path,
+    nodes: usize,
+    dir: &Path,
+    a: &CompareArgs,
+) -> Result<Servers> {
+    let mut attempt = 1;
+    loop {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        match Servers::start(bin, nodes, dir, &a.server_flags, a.server_cpus.as_deref()).await {
+            Err(e) if attempt < 3 && port_taken(&e) => {
+                eprintln!("  (a port was taken before the server bound it; starting again)");
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Whether a start failure is a server that could not bind its port
+/// (retcd's and etcd's wording).
+fn port_taken(e: &anyhow::Error) -> bool {
+    e.to_string()
+        .to_ascii_lowercase()
+        .contains("address already in use")
+}
+
 async fn run_suite(
     flavor: Flavor,
     bin: &Path,
@@ -445,9 +476,7 @@ async fn run_suite(
     root: &Path,
 ) -> Result<RunResult> {
     let dir = root.join(format!("{}-{}n-run{}", flavor.name(), nodes, run));
-    std::fs::create_dir_all(&dir)?;
-    let servers =
-        Servers::start(bin, nodes, &dir, &a.server_flags, a.server_cpus.as_deref()).await?;
+    let servers = start_with_port_retry(bin, nodes, &dir, a).await?;
     let mut out = RunResult {
         nodes,
         run,
@@ -706,4 +735,24 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&results)?);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::port_taken;
+
+    #[test]
+    fn port_taken_matches_retcd_and_etcd() {
+        let retcd = anyhow::anyhow!(
+            "server m0 exited (exit status: 1) during start; log tail:\nretcd: cannot listen for clients on 127.0.0.1:33559: Address already in use (os error 98)"
+        );
+        let etcd = anyhow::anyhow!(
+            "server m1 exited during start; log tail:\nlisten tcp 127.0.0.1:2380: bind: address already in use"
+        );
+        assert!(port_taken(&retcd));
+        assert!(port_taken(&etcd));
+        assert!(!port_taken(&anyhow::anyhow!(
+            "server m0 (x) not ready after 60 s"
+        )));
+    }
 }
