@@ -1,6 +1,7 @@
 //! The Watch service through the wire, with real clients: `etcdctl watch`
 //! compared with real etcd, the `etcd-client` crate (many watchers on one
-//! stream, bad requests, progress, compaction), an informer that survives a
+//! stream, bad requests, progress, compaction, `prev_kv` for watchers that
+//! start while a key is being overwritten), an informer that survives a
 //! restart, a 3-member history property and a slow consumer. Every test but
 //! the differential one runs against the selected flavour
 //! (`RETCD_TEST_FLAVOR=etcd` validates the test against real etcd).
@@ -479,6 +480,69 @@ async fn watch_one_event_many_watchers_each_as_asked() {
                 (1, ev(4, "k", "DELETE", ""), None),
             ]
         );
+    })
+    .await;
+}
+
+/// Watchers asking for `prev_kv` start and stop while one key is
+/// overwritten again and again: every event any of them gets carries the
+/// value it replaced. (retcd reads that value at apply only while such a
+/// watcher exists; one that starts between a put's apply and its
+/// notification gets it read then — this drives that window through the
+/// wire.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prev_kv_for_watchers_started_during_writes() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
+        let mut cl = c.client(0).await.expect("connect");
+        cl.put("pk", "0", None).await.unwrap();
+        const PUTS: u64 = 600;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let mut w = c.client(0).await.expect("connect");
+            let done = done.clone();
+            tokio::spawn(async move {
+                for i in 1..=PUTS {
+                    w.put("pk", i.to_string(), None).await.unwrap();
+                }
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
+        let (mut watchers, mut checked) = (0u32, 0u32);
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut s = cl
+                .watch("pk", Some(WatchOptions::new().with_prev_key()))
+                .await
+                .unwrap();
+            assert!(next(&mut s).await.created());
+            watchers += 1;
+            // up to two events, then the stream (and its watcher) goes
+            let mut got = 0;
+            while got < 2 {
+                let r = match tokio::time::timeout(Duration::from_millis(300), s.message()).await {
+                    Ok(m) => m.expect("watch stream error").expect("stream ended"),
+                    Err(_) => break, // the writer finished meanwhile
+                };
+                for e in r.events() {
+                    let kv = e.kv().expect("kv");
+                    let v: u64 = String::from_utf8_lossy(kv.value()).parse().unwrap();
+                    let prev = e
+                        .prev_kv()
+                        .map(|p| String::from_utf8_lossy(p.value()).into_owned());
+                    assert_eq!(
+                        prev,
+                        Some((v - 1).to_string()),
+                        "event at {} (value {v}) for watcher {watchers}",
+                        kv.mod_revision()
+                    );
+                    got += 1;
+                    checked += 1;
+                }
+            }
+        }
+        writer.await.unwrap();
+        assert!(watchers >= 20, "only {watchers} watchers started");
+        assert!(checked >= 20, "only {checked} events checked");
     })
     .await;
 }
