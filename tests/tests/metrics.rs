@@ -143,3 +143,55 @@ async fn followers_fsync_once_per_sequential_put() {
     })
     .await;
 }
+
+/// etcd's watch gauges: streams and watchers come and go with the clients'
+/// streams (both flavours).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_watch_streams_and_watchers() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
+        let ep = c.endpoints()[0].clone();
+        let gauges = || {
+            let m = http_get(&ep, "/metrics");
+            (
+                sample(&m, "etcd_debugging_mvcc_watch_stream_total"),
+                sample(&m, "etcd_debugging_mvcc_watcher_total"),
+                sample(&m, "etcd_debugging_mvcc_slow_watcher_total"),
+            )
+        };
+        assert_eq!(gauges(), (Some(0.0), Some(0.0), Some(0.0)));
+        let mut cl = c.client(0).await.expect("client");
+        cl.put("wm", "v", None).await.unwrap();
+        let mut s1 = cl.watch("wm", None).await.unwrap();
+        s1.watch("wm2", None).await.unwrap();
+        let mut s2 = cl.watch("wm", None).await.unwrap();
+        async fn created(s: &mut etcd_client::WatchStream) {
+            let r = tokio::time::timeout(Duration::from_secs(10), s.message())
+                .await
+                .expect("created in time")
+                .unwrap()
+                .unwrap();
+            assert!(r.created());
+        }
+        created(&mut s1).await;
+        created(&mut s1).await;
+        created(&mut s2).await;
+        assert_eq!(gauges(), (Some(2.0), Some(3.0), Some(0.0)));
+        drop(s1);
+        // the server notices the closed stream shortly
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let g = gauges();
+            if g == (Some(1.0), Some(1.0), Some(0.0)) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "gauges stuck at {g:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        drop(s2);
+    })
+    .await;
+}

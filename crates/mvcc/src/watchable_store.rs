@@ -548,6 +548,17 @@ impl WatchableStore {
         self.inner.lock().watchers.len()
     }
 
+    /// For etcd's gauges: (watch streams, watchers, slow watchers — those
+    /// catching up from history or parked as victims).
+    pub fn gauges(&self) -> (usize, usize, usize) {
+        let inner = self.inner.lock();
+        (
+            inner.streams.len(),
+            inner.watchers.len(),
+            inner.unsynced.len() + inner.victims.len(),
+        )
+    }
+
     /// Retries victims; returns whether some are left.
     fn sync_victims(&self) -> bool {
         let mut guard = self.inner.lock();

@@ -74,5 +74,9 @@ async fn metrics(State(s): State<Arc<EtcdServer>>) -> String {
     m.db_total_size_in_use.set(s.backend.size_in_use() as i64);
     m.current_revision.set(s.kv.current_revision());
     m.compact_revision.set(s.kv.compact_revision());
+    let (streams, watchers, slow) = s.shared.watch.gauges();
+    m.watch_streams.set(streams as i64);
+    m.watchers.set(watchers as i64);
+    m.slow_watchers.set(slow as i64);
     m.render()
 }

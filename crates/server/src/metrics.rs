@@ -27,6 +27,9 @@ pub struct Metrics {
     pub db_total_size_in_use: IntGauge,
     pub current_revision: IntGauge,
     pub compact_revision: IntGauge,
+    pub watch_streams: IntGauge,
+    pub watchers: IntGauge,
+    pub slow_watchers: IntGauge,
     pub read_indexes_failed: IntCounter,
     /// `etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds`:
     /// one observation per background deletion batch (how long it held
@@ -168,6 +171,21 @@ impl Metrics {
                 "debugging_mvcc",
                 "compact_revision",
                 "The revision of the last compaction in store.",
+            ),
+            watch_streams: gauge(
+                "debugging_mvcc",
+                "watch_stream_total",
+                "Total number of watch streams.",
+            ),
+            watchers: gauge(
+                "debugging_mvcc",
+                "watcher_total",
+                "Total number of watchers.",
+            ),
+            slow_watchers: gauge(
+                "debugging_mvcc",
+                "slow_watcher_total",
+                "Total number of unsynced slow watchers.",
             ),
             read_indexes_failed: counter(
                 "server",
