@@ -543,13 +543,8 @@ impl WatchableStore {
         }
     }
 
-    /// Number of watchers (all states).
-    pub fn watcher_count(&self) -> usize {
-        self.inner.lock().watchers.len()
-    }
-
-    /// For etcd's gauges: (watch streams, watchers, slow watchers — those
-    /// catching up from history or parked as victims).
+    /// For etcd's gauges: (watch streams, watchers in any state, slow
+    /// watchers — those catching up from history or parked as victims).
     pub fn gauges(&self) -> (usize, usize, usize) {
         let inner = self.inner.lock();
         (

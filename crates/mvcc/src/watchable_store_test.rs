@@ -194,7 +194,7 @@ fn test_cancel_unsynced() {
     for id in ids {
         assert!(s.cancel(id));
     }
-    assert_eq!(t.ws.watcher_count(), 0);
+    assert_eq!(t.ws.gauges().1, 0);
 }
 
 #[test]
@@ -530,7 +530,7 @@ fn test_stream_drop_removes_watchers() {
     drop(rx);
     drop(s);
     t.put("k", "3");
-    assert_eq!(t.ws.watcher_count(), 0);
+    assert_eq!(t.ws.gauges().1, 0);
 }
 
 #[test]
