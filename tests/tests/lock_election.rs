@@ -282,20 +282,6 @@ async fn service_scenario(flavor: Flavor) -> Vec<String> {
         Ok(_) => push(&mut seen, "leader of empty election: ok".into()),
         Err(e) => push(&mut seen, format!("leader of empty election: {}", err(&e))),
     }
-    // Observe is a long-lived stream: a client without a request timeout.
-    let mut streaming = Client::connect(c.endpoints(), None).await.expect("connect");
-    // etcd sends the stream's headers with its first message, so the
-    // observer runs in its own task and reports leader values on a channel.
-    let (otx, mut orx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let observer = tokio::spawn(async move {
-        let mut observe = streaming.observe("svc-elect").await.expect("observe");
-        while let Ok(Some(m)) = observe.message().await {
-            let v = String::from_utf8_lossy(m.kv().expect("kv").value()).to_string();
-            if otx.send(v).is_err() {
-                break;
-            }
-        }
-    });
     let a = cl.campaign("svc-elect", "a", l1).await.expect("campaign");
     let leader_key = a.leader().expect("leader key").clone();
     push(
@@ -314,20 +300,32 @@ async fn service_scenario(flavor: Flavor) -> Vec<String> {
             String::from_utf8_lossy(v.kv().expect("kv").value())
         ),
     );
+    // Observe is a long-lived stream: a client without a request timeout.
+    // It starts once the election has a leader: an observer reports the
+    // current leader, then watches from the revision after it. Started
+    // before the campaign, it could reach the server after the proclaim and
+    // see only the proclaimed value (on etcd as on retcd).
+    let mut streaming = Client::connect(c.endpoints(), None).await.expect("connect");
+    // etcd sends the stream's headers with its first message, so the
+    // observer runs in its own task and reports leader values on a channel.
+    let (otx, mut orx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let observer = tokio::spawn(async move {
+        let mut observe = streaming.observe("svc-elect").await.expect("observe");
+        while let Ok(Some(m)) = observe.message().await {
+            let v = String::from_utf8_lossy(m.kv().expect("kv").value()).to_string();
+            if otx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let mut observed = vec![next_observed(&mut orx).await];
     cl.proclaim(
         "a2",
         Some(ProclaimOptions::new().with_leader(leader_key.clone())),
     )
     .await
     .expect("proclaim");
-    let mut observed = Vec::new();
-    while observed.len() < 2 {
-        let v = tokio::time::timeout(Duration::from_secs(10), orx.recv())
-            .await
-            .expect("observe in time")
-            .expect("observe stream open");
-        observed.push(v);
-    }
+    observed.push(next_observed(&mut orx).await);
     observer.abort();
     push(&mut seen, format!("observed: {observed:?}"));
     let mut cl3 = cl.clone();
@@ -378,4 +376,12 @@ async fn lock_and_election_services_same_as_etcd() {
         assert_eq!(got, want);
     })
     .await;
+}
+
+/// The next leader value an observer task reported, within 10 s.
+async fn next_observed(orx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(Duration::from_secs(10), orx.recv())
+        .await
+        .expect("observe in time")
+        .expect("observe stream open")
 }
