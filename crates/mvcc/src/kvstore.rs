@@ -52,7 +52,7 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
 use retcd_api::mvccpb::KeyValue;
 use retcd_storage::backend::{
-    commit_with, Backend, CommitPolicy, ReadSnapshot, ALARM, KEY, LEASES, MEMBERS, META,
+    commit_with, Backend, CommitPolicy, ReadSnapshot, ALARM, AUTH, KEY, LEASES, MEMBERS, META,
 };
 
 use crate::index::TreeIndex;
@@ -418,11 +418,11 @@ impl KvStore {
         }
     }
 
-    /// Serializes the committed `key`, `meta`, `members`, `leases` and
-    /// `alarm` tables.
+    /// Serializes the committed `key`, `meta`, `members`, `leases`, `alarm`
+    /// and `auth` tables.
     ///
     /// Format: `b"RETCDMVCC1"`, then records `table(u8: 1 key, 2 meta,
-    /// 3 members, 4 leases, 5 alarm; integer keys as 8 bytes BE)
+    /// 3 members, 4 leases, 5 alarm, 6 auth; integer keys as 8 bytes BE)
     /// klen(u32 BE) k vlen(u32 BE) v`, then a `0` byte, then the CRC-32C
     /// (u32 BE) of everything before it. See also
     /// [`KvStore::snapshot_dump`], which streams the same bytes.
@@ -443,12 +443,14 @@ impl KvStore {
         txn.delete_table(MEMBERS)?;
         txn.delete_table(LEASES)?;
         txn.delete_table(ALARM)?;
+        txn.delete_table(AUTH)?;
         {
             let mut key = txn.open_table(KEY)?;
             let mut meta = txn.open_table(META)?;
             let mut members = txn.open_table(MEMBERS)?;
             let mut leases = txn.open_table(LEASES)?;
             let mut alarm = txn.open_table(ALARM)?;
+            let mut auth = txn.open_table(AUTH)?;
             let int_key = |k: &[u8]| -> Result<[u8; 8], MvccError> {
                 k.try_into()
                     .map_err(|_| MvccError::Backend("invalid integer key in snapshot".into()))
@@ -469,6 +471,9 @@ impl KvStore {
                     }
                     5 => {
                         alarm.insert(*k, *v)?;
+                    }
+                    6 => {
+                        auth.insert(*k, *v)?;
                     }
                     _ => {
                         leases.insert(i64::from_be_bytes(int_key(k)?), *v)?;
@@ -548,7 +553,7 @@ pub fn parse_dump(data: &[u8]) -> Result<Vec<DumpRecord<'_>>, MvccError> {
         rest = r;
         match table {
             0 if rest.is_empty() => return Ok(records),
-            1..=5 => {
+            1..=6 => {
                 let k = take(&mut rest)?;
                 let v = take(&mut rest)?;
                 records.push((table, k, v));

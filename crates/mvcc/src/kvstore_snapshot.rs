@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use redb::{ReadableTable, ReadableTableMetadata};
-use retcd_storage::backend::{ReadSnapshot, ALARM, KEY, LEASES, MEMBERS, META};
+use retcd_storage::backend::{ReadSnapshot, ALARM, AUTH, KEY, LEASES, MEMBERS, META};
 
 use crate::hash::Crc32c;
 use crate::kvstore::{KvStore, DUMP_MAGIC};
@@ -71,6 +71,12 @@ impl SnapshotDump {
             for entry in t.iter()? {
                 let (k, v) = entry?;
                 f(5, k.value(), v.value())?;
+            }
+        }
+        if let Ok(t) = s.open_table(AUTH) {
+            for entry in t.iter()? {
+                let (k, v) = entry?;
+                f(6, k.value(), v.value())?;
             }
         }
         Ok(())

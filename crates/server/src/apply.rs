@@ -1,6 +1,7 @@
 //! Committed entry → state machine. Runs on the raft thread, in log order,
 //! inside one MVCC write batch per Ready.
 
+use crate::auth::{AuthError, AuthInfo, AuthStore};
 use crate::error::ServerError;
 use retcd_api::etcdserverpb::{
     alarm_request::AlarmAction, request_op, response_op, AlarmResponse, AlarmType,
@@ -22,6 +23,8 @@ pub enum ApplyResult {
     LeaseGrant(LeaseGrantResponse),
     LeaseRevoke(LeaseRevokeResponse),
     Alarm(AlarmResponse),
+    /// An auth store change; the token for an Authenticate.
+    Auth(Option<String>),
     /// Applied; nothing to return (publish).
     Empty,
     /// The request was applied and failed deterministically (on every member).
@@ -142,7 +145,20 @@ pub fn apply_with_alarms(
     batch: &mut WriteBatch<'_>,
     shared: &crate::server::Shared,
     req: InternalRaftRequest,
+    index: u64,
 ) -> ApplyResult {
+    // etcd's authApplierV3 comes first: permissions, then alarms.
+    if shared.auth.is_enabled() {
+        if let Err(e) = check_permissions(&shared.auth, &shared.lessor, &req) {
+            return ApplyResult::Err(e.into());
+        }
+    }
+    if let Some(ar) = &req.auth {
+        return match shared.auth.apply(batch.backend_txn(), index, ar) {
+            Ok(token) => ApplyResult::Auth(token),
+            Err(e) => ApplyResult::Err(e.into()),
+        };
+    }
     let alarms = &shared.alarms;
     if let Some(ar) = &req.alarm {
         return apply_alarm(batch, alarms, ar);
@@ -170,6 +186,88 @@ pub fn apply_with_alarms(
         }
     }
     apply_request(batch, &shared.lessor, req)
+}
+
+/// etcd's `authApplierV3`: the proposer's permissions for what `req`
+/// reads and writes, checked against the auth store as of this entry.
+fn check_permissions(
+    auth: &AuthStore,
+    lessor: &Lessor,
+    req: &InternalRaftRequest,
+) -> Result<(), AuthError> {
+    let who = AuthInfo {
+        username: req.username.clone(),
+        revision: req.auth_revision,
+    };
+    let who = Some(&who);
+    // A lease's keys must all be writable by whoever revokes it or
+    // attaches another key to it.
+    let lease_keys_writable = |id: i64| -> Result<(), AuthError> {
+        if let Some(l) = lessor.lookup(id) {
+            for k in &l.keys {
+                auth.check_write(who, k, b"")?;
+            }
+        }
+        Ok(())
+    };
+    if let Some(a) = &req.auth {
+        use retcd_api::retcdpb::auth_request::Op;
+        if !matches!(a.op, Some(Op::Authenticate(_))) {
+            auth.check_admin(who)?;
+        }
+    } else if let Some(r) = &req.put {
+        auth.check_write(who, &r.key, b"")?;
+        lease_keys_writable(r.lease)?;
+        if r.prev_kv {
+            auth.check_range(who, &r.key, b"")?;
+        }
+    } else if let Some(r) = &req.delete_range {
+        auth.check_write(who, &r.key, &r.range_end)?;
+        if r.prev_kv {
+            auth.check_range(who, &r.key, &r.range_end)?;
+        }
+    } else if let Some(r) = &req.txn {
+        check_txn(auth, who, r)?;
+    } else if let Some(r) = &req.range {
+        auth.check_range(who, &r.key, &r.range_end)?;
+    } else if let Some(r) = &req.lease_revoke {
+        lease_keys_writable(r.id)?;
+    }
+    Ok(())
+}
+
+/// A txn's compares, and the requests of both branches (nested txns
+/// included, as etcd 3.5 checks them).
+pub(crate) fn check_txn(
+    auth: &AuthStore,
+    who: Option<&AuthInfo>,
+    t: &TxnRequest,
+) -> Result<(), AuthError> {
+    for c in &t.compare {
+        auth.check_range(who, &c.key, &c.range_end)?;
+    }
+    for op in t.success.iter().chain(&t.failure) {
+        match &op.request {
+            Some(request_op::Request::RequestRange(r)) => {
+                auth.check_range(who, &r.key, &r.range_end)?
+            }
+            Some(request_op::Request::RequestPut(r)) => {
+                auth.check_write(who, &r.key, b"")?;
+                if r.prev_kv {
+                    auth.check_range(who, &r.key, b"")?;
+                }
+            }
+            Some(request_op::Request::RequestDeleteRange(r)) => {
+                if r.prev_kv {
+                    auth.check_range(who, &r.key, &r.range_end)?;
+                }
+                auth.check_write(who, &r.key, &r.range_end)?;
+            }
+            Some(request_op::Request::RequestTxn(r)) => check_txn(auth, who, r)?,
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 fn apply_alarm(

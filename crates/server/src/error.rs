@@ -9,6 +9,8 @@ pub enum ServerError {
     Mvcc(#[from] MvccError),
     #[error("{0}")]
     Lease(#[from] retcd_lease::LeaseError),
+    #[error("{0}")]
+    Auth(#[from] crate::auth::AuthError),
     #[error("etcdserver: key is not provided")]
     EmptyKey,
     #[error("etcdserver: value is provided")]

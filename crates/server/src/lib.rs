@@ -3,6 +3,7 @@
 
 pub mod alarm;
 pub mod apply;
+pub mod auth;
 pub mod authority_fix;
 pub mod compactor;
 pub mod config;

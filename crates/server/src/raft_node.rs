@@ -590,7 +590,9 @@ impl RaftNode {
                                         a,
                                     )
                                     .unwrap_or_else(|e| ApplyResult::Err(e.into())),
-                                    None => apply_with_alarms(&mut batch, &self.shared, req),
+                                    None => {
+                                        apply_with_alarms(&mut batch, &self.shared, req, e.index)
+                                    }
                                 };
                                 // etcd's quotaApplierV3: applied all the
                                 // same (members stay identical), answered
@@ -677,6 +679,11 @@ impl RaftNode {
     fn after_restore(&self) {
         if let Err(e) = self.shared.alarms.reload(self.kv.backend()) {
             fatal(&format!("failed to load alarms from the snapshot: {e}"));
+        }
+        if let Err(e) = self.shared.auth.reload(self.kv.backend()) {
+            fatal(&format!(
+                "failed to load the auth store from the snapshot: {e}"
+            ));
         }
         if let Err(e) = self.shared.lessor.recover(&self.kv) {
             fatal(&format!("failed to recover leases from the snapshot: {e}"));

@@ -52,6 +52,8 @@ pub struct Shared {
     pub watch: Arc<retcd_mvcc::WatchableStore>,
     /// Raised alarms (NOSPACE, CORRUPT); changed only by applied entries.
     pub alarms: crate::alarm::AlarmStore,
+    /// Users, roles and tokens; changed only by applied entries.
+    pub auth: crate::auth::AuthStore,
     /// Requests waiting for the raft thread: whether spinning pays.
     pub contention: crate::spin::Contention,
 }
@@ -316,6 +318,8 @@ impl EtcdServer {
             watch: retcd_mvcc::WatchableStore::new(kv.clone()),
             alarms: crate::alarm::AlarmStore::load(&backend)
                 .map_err(|e| anyhow::anyhow!("cannot load alarms: {e}"))?,
+            auth: crate::auth::AuthStore::load(&backend)
+                .map_err(|e| anyhow::anyhow!("cannot load the auth store: {e}"))?,
             contention: Default::default(),
         });
         let (tx, rx) = mpsc::channel();
@@ -399,6 +403,33 @@ impl EtcdServer {
 
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// Who sent a gRPC request (etcd's `AuthInfoFromCtx`): the user its
+    /// `token` (or `authorization`) metadata names, None without one.
+    pub fn auth_info(
+        &self,
+        md: &tonic::metadata::MetadataMap,
+    ) -> Result<Option<crate::auth::AuthInfo>, ServerError> {
+        let token = md
+            .get("token")
+            .or_else(|| md.get("authorization"))
+            .map(|v| v.to_str().unwrap_or_default());
+        Ok(self.shared.auth.info_from_token(token)?)
+    }
+
+    /// [`EtcdServer::propose`] on behalf of `who`: the apply checks its
+    /// permissions while auth is enabled.
+    pub async fn propose_as(
+        &self,
+        mut req: InternalRaftRequest,
+        who: Option<crate::auth::AuthInfo>,
+    ) -> Result<ApplyResult, ServerError> {
+        if let Some(w) = who {
+            req.username = w.username;
+            req.auth_revision = w.revision;
+        }
+        self.propose(req).await
     }
 
     /// Proposes `req` through raft and waits until it is committed and

@@ -66,8 +66,8 @@ impl Election for ElectionService {
         &self,
         request: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
-        let req = request.into_inner();
-        let mut c = V3Client::new(self.channel.clone());
+        let (md, _, req) = request.into_parts();
+        let mut c = V3Client::new(self.channel.clone(), &md);
         let lease = c.session_lease(req.lease).await?;
         let pfx = prefix(&req.name);
         let key = session_key(&pfx, lease);
@@ -107,9 +107,9 @@ impl Election for ElectionService {
         &self,
         request: Request<ProclaimRequest>,
     ) -> Result<Response<ProclaimResponse>, Status> {
-        let req = request.into_inner();
+        let (md, _, req) = request.into_parts();
         let leader = req.leader.ok_or_else(missing_leader_key)?;
-        let mut c = V3Client::new(self.channel.clone());
+        let mut c = V3Client::new(self.channel.clone(), &md);
         let header = proclaim(&mut c, &leader, &req.value).await?;
         Ok(Response::new(ProclaimResponse { header }))
     }
@@ -118,8 +118,8 @@ impl Election for ElectionService {
         &self,
         request: Request<LeaderRequest>,
     ) -> Result<Response<LeaderResponse>, Status> {
-        let req = request.into_inner();
-        let mut c = V3Client::new(self.channel.clone());
+        let (md, _, req) = request.into_parts();
+        let mut c = V3Client::new(self.channel.clone(), &md);
         let resp = c
             .range(range_by_create(&prefix(&req.name), false, 0))
             .await?;
@@ -136,12 +136,12 @@ impl Election for ElectionService {
         &self,
         request: Request<LeaderRequest>,
     ) -> Result<Response<ObserveStream>, Status> {
-        let req = request.into_inner();
+        let (md, _, req) = request.into_parts();
         let channel = self.channel.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<LeaderResponse, Status>>(16);
         tokio::spawn(async move {
             let pfx = prefix(&req.name);
-            let mut c = V3Client::new(channel);
+            let mut c = V3Client::new(channel, &md);
             loop {
                 let resp = match c.range(range_by_create(&pfx, false, 0)).await {
                     Ok(r) => r,
@@ -241,9 +241,9 @@ impl Election for ElectionService {
         &self,
         request: Request<ResignRequest>,
     ) -> Result<Response<ResignResponse>, Status> {
-        let req = request.into_inner();
+        let (md, _, req) = request.into_parts();
         let leader = req.leader.ok_or_else(missing_leader_key)?;
-        let mut c = V3Client::new(self.channel.clone());
+        let mut c = V3Client::new(self.channel.clone(), &md);
         let resp = c
             .txn(TxnRequest {
                 compare: vec![cmp_create(&leader.key, leader.rev)],

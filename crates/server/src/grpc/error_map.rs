@@ -23,6 +23,28 @@ pub fn to_status(err: ServerError) -> Status {
             LeaseError::TtlTooLarge => Code::OutOfRange,
             LeaseError::NotPrimary | LeaseError::Expired | LeaseError::Backend(_) => Code::Unknown,
         },
+        E::Auth(a) => {
+            use crate::auth::AuthError as A;
+            match a {
+                A::UserEmpty
+                | A::RoleEmpty
+                | A::AuthFailed
+                | A::InvalidAuthMgmt
+                | A::AuthOldRevision => Code::InvalidArgument,
+                A::PermissionDenied => Code::PermissionDenied,
+                A::InvalidAuthToken => Code::Unauthenticated,
+                A::NoPasswordUser | A::Backend(_) => Code::Unknown,
+                A::RootUserNotExist
+                | A::RootRoleNotExist
+                | A::UserAlreadyExist
+                | A::UserNotFound
+                | A::RoleAlreadyExist
+                | A::RoleNotFound
+                | A::RoleNotGranted
+                | A::PermissionNotGranted
+                | A::AuthNotEnabled => Code::FailedPrecondition,
+            }
+        }
         E::EmptyKey
         | E::ValueProvided
         | E::LeaseProvided

@@ -2,6 +2,7 @@
 
 use super::validate;
 use crate::apply::ApplyResult;
+use crate::auth::AuthInfo;
 use crate::error::ServerError;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::kv_server::Kv;
@@ -29,8 +30,13 @@ impl KvService {
         *h = Some(self.server.header(rev));
     }
 
-    async fn propose(&self, req: InternalRaftRequest) -> Result<ApplyResult, Status> {
-        match self.server.propose(req).await? {
+    /// Proposes on behalf of `who` (the apply checks its permissions).
+    async fn propose(
+        &self,
+        req: InternalRaftRequest,
+        who: Option<AuthInfo>,
+    ) -> Result<ApplyResult, Status> {
+        match self.server.propose_as(req, who).await? {
             ApplyResult::Err(e) => Err(e.into()),
             ok => Ok(ok),
         }
@@ -47,6 +53,7 @@ impl Kv for KvService {
         &self,
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
+        let who = self.server.auth_info(request.metadata())?;
         let req = request.into_inner();
         // The rest of the learner rule is `super::learner_guard`.
         if !req.serializable && self.server.is_learner() {
@@ -56,21 +63,30 @@ impl Kv for KvService {
         if !req.serializable {
             self.server.linearizable_read_notify().await?;
         }
+        self.server
+            .shared
+            .auth
+            .check_range(who.as_ref(), &req.key, &req.range_end)
+            .map_err(ServerError::from)?;
         let mut resp = self.server.kv.range(&req).map_err(ServerError::from)?;
         self.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let who = self.server.auth_info(request.metadata())?;
         let req = request.into_inner();
         // etcd's quotaKVServer runs before the request checks.
         crate::quota::check(&self.server, crate::quota::cost_put(&req)).await?;
         validate::check_put(&req)?;
         match self
-            .propose(InternalRaftRequest {
-                put: Some(req),
-                ..Default::default()
-            })
+            .propose(
+                InternalRaftRequest {
+                    put: Some(req),
+                    ..Default::default()
+                },
+                who,
+            )
             .await?
         {
             ApplyResult::Put(mut r) => {
@@ -85,13 +101,17 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let who = self.server.auth_info(request.metadata())?;
         let req = request.into_inner();
         validate::check_delete(&req)?;
         match self
-            .propose(InternalRaftRequest {
-                delete_range: Some(req),
-                ..Default::default()
-            })
+            .propose(
+                InternalRaftRequest {
+                    delete_range: Some(req),
+                    ..Default::default()
+                },
+                who,
+            )
             .await?
         {
             ApplyResult::DeleteRange(mut r) => {
@@ -103,6 +123,7 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let who = self.server.auth_info(request.metadata())?;
         let req = request.into_inner();
         crate::quota::check(&self.server, crate::quota::cost_txn(&req)).await?;
         validate::check_txn(&req, self.server.cfg.max_txn_ops as usize)?;
@@ -112,15 +133,22 @@ impl Kv for KvService {
             if !retcd_mvcc::is_txn_serializable(&req) {
                 self.server.linearizable_read_notify().await?;
             }
+            if self.server.shared.auth.is_enabled() {
+                crate::apply::check_txn(&self.server.shared.auth, who.as_ref(), &req)
+                    .map_err(ServerError::from)?;
+            }
             let mut resp = self.server.kv.read_txn(&req).map_err(ServerError::from)?;
             self.fill(&mut resp.header);
             return Ok(Response::new(resp));
         }
         match self
-            .propose(InternalRaftRequest {
-                txn: Some(req),
-                ..Default::default()
-            })
+            .propose(
+                InternalRaftRequest {
+                    txn: Some(req),
+                    ..Default::default()
+                },
+                who,
+            )
             .await?
         {
             ApplyResult::Txn(mut r) => {
@@ -135,13 +163,17 @@ impl Kv for KvService {
         &self,
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
+        let who = self.server.auth_info(request.metadata())?;
         let req = request.into_inner();
         let (rev, physical) = (req.revision, req.physical);
         match self
-            .propose(InternalRaftRequest {
-                compaction: Some(req),
-                ..Default::default()
-            })
+            .propose(
+                InternalRaftRequest {
+                    compaction: Some(req),
+                    ..Default::default()
+                },
+                who,
+            )
             .await?
         {
             ApplyResult::Compaction(mut r) => {

@@ -241,8 +241,15 @@ async fn lease_time_to_live(
     }
 }
 
-async fn propose(server: &EtcdServer, req: InternalRaftRequest) -> Result<ApplyResult, Status> {
-    match server.propose(req).await? {
+/// Proposes on behalf of the caller whose request metadata is `md` (the
+/// apply checks a revoke's permissions).
+async fn propose(
+    server: &EtcdServer,
+    req: InternalRaftRequest,
+    md: &tonic::metadata::MetadataMap,
+) -> Result<ApplyResult, Status> {
+    let who = server.auth_info(md)?;
+    match server.propose_as(req, who).await? {
         ApplyResult::Err(e) => Err(e.into()),
         ok => Ok(ok),
     }
@@ -259,7 +266,7 @@ impl Lease for LeaseService {
         request: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
         crate::quota::check(&self.server, crate::quota::LEASE_OVERHEAD).await?;
-        let mut req = request.into_inner();
+        let (md, _, mut req) = request.into_parts();
         // No ID given: the server picks one from its request id generator,
         // positive, as etcd.
         while req.id == 0 {
@@ -271,6 +278,7 @@ impl Lease for LeaseService {
                 lease_grant: Some(req),
                 ..Default::default()
             },
+            &md,
         )
         .await?;
         match r {
@@ -287,12 +295,14 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        let (md, _, req) = request.into_parts();
         let r = propose(
             &self.server,
             InternalRaftRequest {
-                lease_revoke: Some(request.into_inner()),
+                lease_revoke: Some(req),
                 ..Default::default()
             },
+            &md,
         )
         .await?;
         match r {

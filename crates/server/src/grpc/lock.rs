@@ -20,8 +20,8 @@ pub struct LockService {
 #[tonic::async_trait]
 impl Lock for LockService {
     async fn lock(&self, request: Request<LockRequest>) -> Result<Response<LockResponse>, Status> {
-        let req = request.into_inner();
-        let mut c = V3Client::new(self.channel.clone());
+        let (md, _, req) = request.into_parts();
+        let mut c = V3Client::new(self.channel.clone(), &md);
         let lease = c.session_lease(req.lease).await?;
         let mut pfx = req.name.clone();
         pfx.push(b'/');
@@ -65,8 +65,8 @@ impl Lock for LockService {
         &self,
         request: Request<UnlockRequest>,
     ) -> Result<Response<UnlockResponse>, Status> {
-        let req = request.into_inner();
-        let mut c = V3Client::new(self.channel.clone());
+        let (md, _, req) = request.into_parts();
+        let mut c = V3Client::new(self.channel.clone(), &md);
         let resp =
             c.kv.delete_range(DeleteRangeRequest {
                 key: req.key,

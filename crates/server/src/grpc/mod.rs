@@ -1,6 +1,7 @@
 //! Thin gRPC services over `EtcdServer`, one file per service. Errors
 //! become statuses only in `error_map`.
 
+pub mod auth;
 pub mod cluster;
 pub mod election;
 pub mod error_map;
@@ -16,11 +17,8 @@ pub mod watch_route;
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::{
-    auth_server::{Auth, AuthServer},
-    cluster_server::ClusterServer,
-    kv_server::KvServer,
-    lease_server::LeaseServer,
-    maintenance_server::MaintenanceServer,
+    auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
+    lease_server::LeaseServer, maintenance_server::MaintenanceServer,
 };
 use retcd_api::v3electionpb::election_server::ElectionServer;
 use retcd_api::v3lockpb::lock_server::LockServer;
@@ -61,11 +59,6 @@ pub async fn learner_guard(
     next.run(req).await
 }
 
-/// Services whose methods arrive in later issues: every method answers
-/// UNIMPLEMENTED ("retcd: this method is not implemented yet").
-pub struct NotYet;
-impl Auth for NotYet {}
-
 /// All client-facing gRPC services, sized like etcd's: a request up to
 /// `--max-request-bytes` + 512 KiB reaches the server's own check.
 pub fn routes(server: &Arc<EtcdServer>) -> Routes {
@@ -102,7 +95,12 @@ pub fn routes(server: &Arc<EtcdServer>) -> Routes {
     b.add_service(
         LeaseServer::new(lease::LeaseService::new(server.clone())).max_decoding_message_size(recv),
     );
-    b.add_service(AuthServer::new(NotYet).max_decoding_message_size(recv));
+    b.add_service(
+        AuthServer::new(auth::AuthService {
+            server: server.clone(),
+        })
+        .max_decoding_message_size(recv),
+    );
     // Lock and election are clients of this server, as in etcd.
     let own = v3client::self_channel(server);
     b.add_service(

@@ -136,18 +136,45 @@ pub fn client_err(s: Status) -> Status {
     Status::unknown(s.message().to_string())
 }
 
+/// Passes the caller's auth token on (etcd's v3client forwards the
+/// incoming context's metadata), so the inner requests run with the
+/// caller's permissions.
+#[derive(Clone)]
+pub struct CallerToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl CallerToken {
+    pub fn of(md: &tonic::metadata::MetadataMap) -> CallerToken {
+        CallerToken(md.get("token").or_else(|| md.get("authorization")).cloned())
+    }
+}
+
+impl tonic::service::Interceptor for CallerToken {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut().insert("token", t.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// The self channel with the caller's token.
+pub type SelfChannel = tonic::service::interceptor::InterceptedService<Channel, CallerToken>;
+
 pub struct V3Client {
-    pub kv: KvClient<Channel>,
-    pub lease: LeaseClient<Channel>,
-    pub watch: WatchClient<Channel>,
+    pub kv: KvClient<SelfChannel>,
+    pub lease: LeaseClient<SelfChannel>,
+    pub watch: WatchClient<SelfChannel>,
 }
 
 impl V3Client {
-    pub fn new(ch: Channel) -> Self {
+    /// A client of this server acting for the caller whose request
+    /// metadata is `md`.
+    pub fn new(ch: Channel, md: &tonic::metadata::MetadataMap) -> Self {
+        let t = CallerToken::of(md);
         V3Client {
-            kv: KvClient::new(ch.clone()),
-            lease: LeaseClient::new(ch.clone()),
-            watch: WatchClient::new(ch),
+            kv: KvClient::with_interceptor(ch.clone(), t.clone()),
+            lease: LeaseClient::with_interceptor(ch.clone(), t.clone()),
+            watch: WatchClient::with_interceptor(ch, t),
         }
     }
 
@@ -261,7 +288,7 @@ impl V3Client {
 /// caller went away must not leave its key behind (etcd unlocks on a
 /// failed wait).
 pub struct DeleteOnDrop {
-    pub kv: Option<(KvClient<Channel>, Vec<u8>)>,
+    pub kv: Option<(KvClient<SelfChannel>, Vec<u8>)>,
 }
 
 impl DeleteOnDrop {

@@ -122,7 +122,7 @@ impl WatchService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<ResponseStream>, Status> {
-        let inbound = request.into_inner();
+        let (md, _, inbound) = request.into_parts();
         let (tx, rx) = mpsc::channel(CHAN_BUF_LEN);
         let tx = StreamTx {
             tx,
@@ -131,7 +131,17 @@ impl WatchService {
         let queued = tx.queued.clone();
         let ws = Arc::new(self.server.shared.watch.new_stream(Arc::new(tx.clone())));
         let fragmenting: Fragmenting = Arc::default();
-        tokio::spawn(recv_loop(inbound, ws.clone(), tx, fragmenting.clone()));
+        let caller = Caller {
+            server: self.server.clone(),
+            md,
+        };
+        tokio::spawn(recv_loop(
+            inbound,
+            ws.clone(),
+            tx,
+            fragmenting.clone(),
+            caller,
+        ));
         Ok(Response::new(ResponseStream::new(
             self.server.clone(),
             rx,
@@ -142,12 +152,43 @@ impl WatchService {
     }
 }
 
+/// Who opened the stream: its token is checked again at every create, as
+/// etcd does.
+struct Caller {
+    server: Arc<EtcdServer>,
+    md: tonic::metadata::MetadataMap,
+}
+
+impl Caller {
+    /// etcd's `isWatchPermitted`: None if the caller may watch the range,
+    /// else etcd's cancel reason.
+    fn refusal(&self, c: &WatchCreateRequest) -> Option<String> {
+        use crate::auth::AuthError;
+        let auth = &self.server.shared.auth;
+        if !auth.is_enabled() {
+            return None;
+        }
+        let checked = match self.server.auth_info(&self.md) {
+            Ok(who) => auth.check_range(who.as_ref(), &c.key, &c.range_end),
+            Err(crate::error::ServerError::Auth(e)) => Err(e),
+            Err(_) => Err(AuthError::PermissionDenied),
+        };
+        checked.err().map(|e| match e {
+            AuthError::InvalidAuthToken | AuthError::AuthOldRevision | AuthError::UserEmpty => {
+                e.to_string()
+            }
+            _ => AuthError::PermissionDenied.to_string(),
+        })
+    }
+}
+
 /// Reads the client's requests until it closes its side or fails.
 async fn recv_loop(
     mut inbound: Streaming<WatchRequest>,
     ws: Arc<WatchStream>,
     tx: StreamTx,
     fragmenting: Fragmenting,
+    caller: Caller,
 ) {
     loop {
         let req = match inbound.message().await {
@@ -159,10 +200,20 @@ async fn recv_loop(
             }
         };
         let resp = match req.request_union {
-            Some(RequestUnion::CreateRequest(c)) => match create(&ws, c, &tx, &fragmenting).await {
-                Create::Refused(r) => r,
-                Create::Started => continue,
-                Create::Closed => return,
+            Some(RequestUnion::CreateRequest(c)) => match caller.refusal(&c) {
+                Some(reason) => WatchResponse {
+                    header: header(ws.rev()),
+                    watch_id: -1,
+                    created: true,
+                    canceled: true,
+                    cancel_reason: reason,
+                    ..Default::default()
+                },
+                None => match create(&ws, c, &tx, &fragmenting).await {
+                    Create::Refused(r) => r,
+                    Create::Started => continue,
+                    Create::Closed => return,
+                },
             },
             Some(RequestUnion::CancelRequest(c)) => {
                 if !ws.cancel(c.watch_id) {

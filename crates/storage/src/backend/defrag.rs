@@ -29,13 +29,13 @@ use redb::{
     WriteTransaction,
 };
 
-use super::{create_tables, Backend, BackendError, ALARM, KEY, LEASES, MEMBERS, META};
+use super::{create_tables, Backend, BackendError, ALARM, AUTH, KEY, LEASES, MEMBERS, META};
 
 /// Rows copied per (non-durable) commit while filling the new file.
 const CHUNK: usize = 50_000;
 
 /// Tables copied whole in every catch-up round (they are small).
-pub const SMALL_TABLES: &[&str] = &["meta", "members", "lease", "alarm"];
+pub const SMALL_TABLES: &[&str] = &["meta", "members", "lease", "alarm", "auth"];
 
 /// A new database file being filled; see the module documentation.
 pub struct DefragTarget {
@@ -192,6 +192,7 @@ impl DefragTarget {
         n += replace_table(src, &txn, MEMBERS)?;
         n += replace_table(src, &txn, LEASES)?;
         n += replace_table(src, &txn, ALARM)?;
+        n += replace_table(src, &txn, AUTH)?;
         commit_none(txn)?;
         Ok(n)
     }

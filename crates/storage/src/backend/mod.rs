@@ -50,6 +50,10 @@ pub const LEASES: TableDefinition<i64, &[u8]> = TableDefinition::new("lease");
 /// alarm (member id u64 BE ++ alarm type u32 BE) -> empty (etcd's `alarm`
 /// bucket: one entry per raised alarm).
 pub const ALARM: TableDefinition<&[u8], &[u8]> = TableDefinition::new("alarm");
+/// The auth store (etcd's `auth`, `authUsers` and `authRoles` buckets in
+/// one table): `"enabled"` -> [0|1], `"revision"` -> u64 BE, `"u/" ++ name`
+/// -> encoded `authpb.User`, `"r/" ++ name` -> encoded `authpb.Role`.
+pub const AUTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("auth");
 
 /// Default redb page cache: small. Reads that miss it are served from the
 /// OS page cache (a pread); 32 MiB of it made up a third of the server's RSS
@@ -278,6 +282,7 @@ pub fn create_tables(txn: &WriteTransaction) -> Result<(), BackendError> {
     txn.open_table(MEMBERS)?;
     txn.open_table(LEASES)?;
     txn.open_table(ALARM)?;
+    txn.open_table(AUTH)?;
     Ok(())
 }
 
