@@ -173,11 +173,18 @@ impl Caller {
             Err(crate::error::ServerError::Auth(e)) => Err(e),
             Err(_) => Err(AuthError::PermissionDenied),
         };
-        checked.err().map(|e| match e {
-            AuthError::InvalidAuthToken | AuthError::AuthOldRevision | AuthError::UserEmpty => {
-                e.to_string()
-            }
-            _ => AuthError::PermissionDenied.to_string(),
+        // etcd answers with the Go status string of its rpctypes error.
+        checked.err().map(|e| {
+            let e = match e {
+                AuthError::InvalidAuthToken | AuthError::AuthOldRevision | AuthError::UserEmpty => e,
+                _ => AuthError::PermissionDenied,
+            };
+            let status = crate::grpc::error_map::to_status(e.into());
+            format!(
+                "rpc error: code = {:?} desc = {}",
+                status.code(),
+                status.message()
+            )
         })
     }
 }
