@@ -178,6 +178,19 @@ pub struct Config {
     #[arg(long, env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME", default_value = "0s",
           value_parser = parse_duration)]
     pub experimental_corrupt_check_time: Duration,
+
+    /// Auth token type: `simple`, or `jwt,pub-key=<pem>,priv-key=<pem>,
+    /// sign-method=<RS256|ES256|HS256|...>[,ttl=5m]` (etcd's option).
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
+    pub auth_token: String,
+
+    /// bcrypt cost for hashing passwords (4..=31).
+    #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = 10)]
+    pub bcrypt_cost: u32,
+
+    /// How long a simple token lives after its last use, seconds.
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
+    pub auth_token_ttl: u64,
 }
 
 /// Parses etcd/Go style durations: "100ms", "1s", "2m", "1h", or bare
@@ -274,6 +287,12 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        if !(4..=31).contains(&self.bcrypt_cost) {
+            return Err(format!(
+                "invalid --bcrypt-cost {} (must be between 4 and 31)",
+                self.bcrypt_cost
+            ));
+        }
         if self.heartbeat_interval == 0 {
             return Err("--heartbeat-interval must be > 0".into());
         }

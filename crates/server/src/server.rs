@@ -80,6 +80,11 @@ impl EtcdServer {
     /// Opens (or creates) the data dir, replays the WAL, starts the raft
     /// thread. `transport` must already be bound to the peer listener.
     pub fn start(cfg: Config, transport: Transport) -> anyhow::Result<Arc<EtcdServer>> {
+        let token_provider = crate::auth::TokenProvider::from_flag(
+            &cfg.auth_token,
+            Duration::from_secs(cfg.auth_token_ttl),
+        )
+        .map_err(|e| anyhow::anyhow!("failed to create the token provider: {e}"))?;
         let wal_dir = cfg.wal_dir();
         std::fs::create_dir_all(cfg.snap_dir())
             .with_context(|| format!("cannot create data dir {}", cfg.snap_dir().display()))?;
@@ -318,7 +323,7 @@ impl EtcdServer {
             watch: retcd_mvcc::WatchableStore::new(kv.clone()),
             alarms: crate::alarm::AlarmStore::load(&backend)
                 .map_err(|e| anyhow::anyhow!("cannot load alarms: {e}"))?,
-            auth: crate::auth::AuthStore::load(&backend)
+            auth: crate::auth::AuthStore::load(&backend, token_provider)
                 .map_err(|e| anyhow::anyhow!("cannot load the auth store: {e}"))?,
             contention: Default::default(),
         });

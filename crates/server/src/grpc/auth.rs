@@ -5,7 +5,7 @@
 //! permission rules (admin only, except a user's own record and roles).
 
 use crate::apply::ApplyResult;
-use crate::auth::{AuthError, AuthInfo, BCRYPT_COST};
+use crate::auth::{AuthError, AuthInfo, TokenProvider};
 use crate::error::ServerError;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::auth_server::Auth;
@@ -24,9 +24,9 @@ pub struct AuthService {
 
 /// bcrypt on a blocking thread (cost 10 is tens of milliseconds of CPU);
 /// etcd stores `$2a$` hashes, so do we.
-async fn hash_password(password: String) -> Result<Vec<u8>, Status> {
+async fn hash_password(password: String, cost: u32) -> Result<Vec<u8>, Status> {
     tokio::task::spawn_blocking(move || {
-        bcrypt::hash_with_result(password, BCRYPT_COST)
+        bcrypt::hash_with_result(password, cost)
             .map(|h| h.format_for_version(bcrypt::Version::TwoA).into_bytes())
     })
     .await
@@ -135,11 +135,30 @@ impl Auth for AuthService {
             if !ok {
                 return Err(auth_err(AuthError::AuthFailed));
             }
+            let simple_token = match auth.provider {
+                TokenProvider::Simple { .. } => crate::auth::token_prefix(),
+                TokenProvider::Jwt { .. } => String::new(),
+            };
             let op = Op::Authenticate(AuthAuthenticate {
                 name: r.name.clone(),
-                simple_token: crate::auth::token_prefix(),
+                simple_token,
             });
-            let token = self.change(&md, op).await?.unwrap_or_default();
+            let token = match self.change(&md, op).await? {
+                Some(simple) => simple,
+                None => {
+                    // JWT: signed here once the entry applied (RSA signing
+                    // is a millisecond of CPU: off the runtime).
+                    let server = self.server.clone();
+                    let name = r.name.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let auth = &server.shared.auth;
+                        auth.provider.sign_jwt(&name, auth.revision())
+                    })
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .map_err(auth_err)?
+                }
+            };
             if auth.revision() == checked_rev {
                 return Ok(Response::new(AuthenticateResponse {
                     header: self.header(),
@@ -158,7 +177,7 @@ impl Auth for AuthService {
         let hashed_password = if no_password {
             Vec::new()
         } else {
-            hash_password(r.password).await?
+            hash_password(r.password, self.server.cfg.bcrypt_cost).await?
         };
         let op = Op::UserAdd(AuthUserAdd {
             name: r.name,
@@ -218,7 +237,7 @@ impl Auth for AuthService {
         let (md, _, r) = request.into_parts();
         let op = Op::UserChangePassword(AuthUserChangePassword {
             name: r.name,
-            hashed_password: hash_password(r.password).await?,
+            hashed_password: hash_password(r.password, self.server.cfg.bcrypt_cost).await?,
         });
         self.change(&md, op).await?;
         Ok(Response::new(AuthUserChangePasswordResponse {

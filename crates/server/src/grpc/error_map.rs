@@ -33,7 +33,7 @@ pub fn to_status(err: ServerError) -> Status {
                 | A::AuthOldRevision => Code::InvalidArgument,
                 A::PermissionDenied => Code::PermissionDenied,
                 A::InvalidAuthToken => Code::Unauthenticated,
-                A::NoPasswordUser | A::Backend(_) => Code::Unknown,
+                A::NoPasswordUser | A::VerifyOnly | A::Backend(_) => Code::Unknown,
                 A::RootUserNotExist
                 | A::RootRoleNotExist
                 | A::UserAlreadyExist

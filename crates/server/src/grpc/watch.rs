@@ -176,7 +176,9 @@ impl Caller {
         // etcd answers with the Go status string of its rpctypes error.
         checked.err().map(|e| {
             let e = match e {
-                AuthError::InvalidAuthToken | AuthError::AuthOldRevision | AuthError::UserEmpty => e,
+                AuthError::InvalidAuthToken | AuthError::AuthOldRevision | AuthError::UserEmpty => {
+                    e
+                }
                 _ => AuthError::PermissionDenied,
             };
             let status = crate::grpc::error_map::to_status(e.into());
