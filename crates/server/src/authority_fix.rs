@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const PREFACE_LEN: usize = PREFACE.len();
@@ -42,8 +42,9 @@ const MAX_PARSED_FRAME: usize = 1 << 24;
 /// Bytes read from the socket at a time.
 const READ_CHUNK: usize = 16 * 1024;
 
-pub struct AuthorityFix {
-    inner: TcpStream,
+/// A client connection (plain TCP, or TLS over it) with the repair.
+pub struct AuthorityFix<S = TcpStream> {
+    inner: S,
     fixer: FrameFixer,
     /// Bytes ready for the reader, from `ready_pos` on.
     ready_pos: usize,
@@ -52,8 +53,8 @@ pub struct AuthorityFix {
     read_buf: Box<[u8]>,
 }
 
-impl AuthorityFix {
-    pub fn new(inner: TcpStream) -> Self {
+impl<S> AuthorityFix<S> {
+    pub fn new(inner: S) -> Self {
         AuthorityFix {
             inner,
             fixer: FrameFixer::default(),
@@ -312,7 +313,7 @@ fn walk_block(b: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<bool> {
     Some(changed)
 }
 
-impl AsyncRead for AuthorityFix {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for AuthorityFix<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -351,7 +352,7 @@ impl AsyncRead for AuthorityFix {
     }
 }
 
-impl AsyncWrite for AuthorityFix {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for AuthorityFix<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -377,8 +378,8 @@ impl AsyncWrite for AuthorityFix {
     }
 }
 
-impl Connected for AuthorityFix {
-    type ConnectInfo = TcpConnectInfo;
+impl<S: Connected> Connected for AuthorityFix<S> {
+    type ConnectInfo = S::ConnectInfo;
     fn connect_info(&self) -> Self::ConnectInfo {
         self.inner.connect_info()
     }

@@ -191,6 +191,43 @@ pub struct Config {
     /// How long a simple token lives after its last use, seconds.
     #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
     pub auth_token_ttl: u64,
+
+    /// Certificate (PEM) for https client URLs.
+    #[arg(long, env = "ETCD_CERT_FILE")]
+    pub cert_file: Option<PathBuf>,
+
+    /// Private key (PEM) for https client URLs.
+    #[arg(long, env = "ETCD_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// Require client certificates signed by --trusted-ca-file.
+    #[arg(long, env = "ETCD_CLIENT_CERT_AUTH", default_value_t = false,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    pub client_cert_auth: bool,
+
+    /// CA (PEM) for client certificates.
+    #[arg(long, env = "ETCD_TRUSTED_CA_FILE")]
+    pub trusted_ca_file: Option<PathBuf>,
+
+    /// Certificate (PEM) for https peer URLs (served and presented when
+    /// dialing peers).
+    #[arg(long, env = "ETCD_PEER_CERT_FILE")]
+    pub peer_cert_file: Option<PathBuf>,
+
+    /// Private key (PEM) for https peer URLs.
+    #[arg(long, env = "ETCD_PEER_KEY_FILE")]
+    pub peer_key_file: Option<PathBuf>,
+
+    /// Require peer certificates signed by --peer-trusted-ca-file.
+    #[arg(long, env = "ETCD_PEER_CLIENT_CERT_AUTH", default_value_t = false,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    pub peer_client_cert_auth: bool,
+
+    /// CA (PEM) for peer certificates.
+    #[arg(long, env = "ETCD_PEER_TRUSTED_CA_FILE")]
+    pub peer_trusted_ca_file: Option<PathBuf>,
 }
 
 /// Parses etcd/Go style durations: "100ms", "1s", "2m", "1h", or bare

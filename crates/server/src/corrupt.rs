@@ -30,7 +30,7 @@ use std::time::Duration;
 async fn peer_hash(urls: &[String], rev: i64) -> Result<HashKvResponse, String> {
     let mut last = String::from("no client URL known");
     for url in urls {
-        let ep = match tonic::transport::Endpoint::from_shared(url.clone()) {
+        let ep = match crate::tls::client_endpoint(url) {
             Ok(ep) => ep
                 .connect_timeout(Duration::from_secs(2))
                 .timeout(Duration::from_secs(10)),

@@ -22,4 +22,5 @@ pub mod raft_storage;
 pub mod run;
 pub mod server;
 pub mod spin;
+pub mod tls;
 pub mod transport;

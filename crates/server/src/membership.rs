@@ -531,7 +531,7 @@ fn join_existing_once(cfg: &Config) -> anyhow::Result<(u64, u64, Vec<Member>)> {
         .collect();
     let fetch = async move {
         for url in &peer_urls {
-            let ep = match tonic::transport::Endpoint::from_shared(url.clone()) {
+            let ep = match crate::tls::peer_endpoint(url) {
                 Ok(ep) => ep
                     .connect_timeout(Duration::from_secs(1))
                     .timeout(Duration::from_secs(2)),

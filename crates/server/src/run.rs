@@ -13,6 +13,8 @@ use tokio_stream::StreamExt;
 
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     cfg.validate().map_err(anyhow::Error::msg)?;
+    let tls = crate::tls::Tls::from_config(&cfg)?;
+    crate::tls::set_dial(tls.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
 
     // Peer listeners first: peers may dial us as soon as raft starts.
@@ -25,14 +27,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen for peers on {addr}"))?;
         let svc = transport.service();
         let mut rx = stop_rx.clone();
+        let acceptor = https_acceptor(&url, &tls.peer_acceptor, "--peer-cert-file")?;
         tasks.push(tokio::spawn(async move {
-            let r = tonic::transport::Server::builder()
+            let builder = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
-                .add_service(svc)
-                .serve_with_incoming_shutdown(nodelay(l), async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await;
+                .add_service(svc);
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            let r = match acceptor {
+                Some(a) => {
+                    builder
+                        .serve_with_incoming_shutdown(crate::tls::incoming(l, a), stop)
+                        .await
+                }
+                None => builder.serve_with_incoming_shutdown(nodelay(l), stop).await,
+            };
             if let Err(e) = r {
                 tracing::error!(error = %e, "peer server failed");
             }
@@ -63,6 +73,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             .merge(crate::http::router(server.clone()));
         let mut rx = stop_rx.clone();
         let mut published = server.published.subscribe();
+        let acceptor = https_acceptor(&url, &tls.client_acceptor, "--cert-file")?;
         tasks.push(tokio::spawn(async move {
             // As etcd: the port is bound now, clients are served once this
             // member's publish is applied (until then connections wait).
@@ -71,17 +82,23 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
                 _ = rx.wait_for(|s| *s) => return,
             }
             tracing::info!(address = %addr, "serving client traffic");
-            let r = tonic::transport::Server::builder()
+            let builder = tonic::transport::Server::builder()
                 .accept_http1(true)
                 .tcp_nodelay(true)
-                .add_routes(axum_router.into())
-                .serve_with_incoming_shutdown(
-                    nodelay(l).map(|s| s.map(AuthorityFix::new)),
-                    async move {
-                        let _ = rx.wait_for(|s| *s).await;
-                    },
-                )
-                .await;
+                .add_routes(axum_router.into());
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            let r = match acceptor {
+                Some(a) => {
+                    let incoming = crate::tls::incoming(l, a).map(|s| s.map(AuthorityFix::new));
+                    builder.serve_with_incoming_shutdown(incoming, stop).await
+                }
+                None => {
+                    let incoming = nodelay(l).map(|s| s.map(AuthorityFix::new));
+                    builder.serve_with_incoming_shutdown(incoming, stop).await
+                }
+            };
             if let Err(e) = r {
                 tracing::error!(error = %e, "client server failed");
             }
@@ -102,6 +119,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     }
     server.stop().await;
     Ok(())
+}
+
+/// The acceptor for `url`: Some for `https://` (an error if the
+/// certificate flag `flag` was not given), None for `http://`.
+fn https_acceptor(
+    url: &str,
+    acceptor: &Option<tokio_rustls::TlsAcceptor>,
+    flag: &str,
+) -> anyhow::Result<Option<tokio_rustls::TlsAcceptor>> {
+    if !url.starts_with("https://") {
+        return Ok(None);
+    }
+    match acceptor {
+        Some(a) => Ok(Some(a.clone())),
+        None => anyhow::bail!("{url} is https: {flag} and its key file are required"),
+    }
 }
 
 /// Accepted connections with TCP_NODELAY (small gRPC frames must not wait

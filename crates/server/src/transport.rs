@@ -195,7 +195,7 @@ async fn peer_sender(
     'reconnect: loop {
         let url = urls[attempt % urls.len().max(1)].clone();
         attempt += 1;
-        let channel = match tonic::transport::Endpoint::from_shared(url.clone()) {
+        let channel = match crate::tls::peer_endpoint(&url) {
             Ok(ep) => {
                 ep.connect_timeout(Duration::from_millis(500))
                     .tcp_nodelay(true)

@@ -66,7 +66,7 @@ impl ClusterService {
                     .map(|m| m.client_urls.clone())
                     .unwrap_or_default();
                 for url in urls {
-                    let Ok(ep) = tonic::transport::Endpoint::from_shared(url) else {
+                    let Ok(ep) = crate::tls::client_endpoint(&url) else {
                         continue;
                     };
                     let ep = ep

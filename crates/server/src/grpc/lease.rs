@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 /// etcd's `maxPendingRevokes`.
@@ -69,7 +69,7 @@ impl Forwarder {
         if let Some(c) = chans.get(url) {
             return Some(RaftPeerClient::new(c.clone()));
         }
-        let ch = Endpoint::from_shared(url.to_string())
+        let ch = crate::tls::peer_endpoint(url)
             .ok()?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)

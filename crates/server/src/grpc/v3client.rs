@@ -30,7 +30,12 @@ pub fn self_channel(server: &EtcdServer) -> Channel {
     let hp = url_host_port(&url)
         .unwrap_or_else(|_| "127.0.0.1:2379".into())
         .replacen("0.0.0.0:", "127.0.0.1:", 1);
-    tonic::transport::Endpoint::from_shared(format!("http://{hp}"))
+    let scheme = if url.starts_with("https://") {
+        "https"
+    } else {
+        "http"
+    };
+    crate::tls::client_endpoint(&format!("{scheme}://{hp}"))
         .expect("valid self URL")
         .tcp_nodelay(true)
         .connect_lazy()
