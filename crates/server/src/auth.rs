@@ -93,6 +93,22 @@ pub enum AuthError {
     Backend(String),
 }
 
+impl AuthError {
+    /// The auth package's own text (etcd's `auth.Err*`), which etcd sends
+    /// unconverted, as code Unknown, where it does not map the error
+    /// (the maintenance RPCs' admin check).
+    pub fn raw_text(&self) -> String {
+        match self {
+            AuthError::UserEmpty => "auth: user name is empty".into(),
+            AuthError::UserNotFound => "auth: user not found".into(),
+            AuthError::PermissionDenied => "auth: permission denied".into(),
+            AuthError::InvalidAuthToken => "auth: invalid auth token".into(),
+            AuthError::AuthOldRevision => "auth: revision in header is old".into(),
+            other => other.to_string(),
+        }
+    }
+}
+
 fn backend_err(e: impl std::fmt::Display) -> AuthError {
     AuthError::Backend(e.to_string())
 }
@@ -420,6 +436,9 @@ impl AuthStore {
                 }
             }
         }
+        // A new store starts at revision 1, as etcd's (it commits one at
+        // creation); every member derives the same.
+        st.revision = st.revision.max(1);
         self.enabled.store(st.enabled, Ordering::Release);
         if !st.enabled {
             self.tokens.lock().clear();

@@ -324,12 +324,6 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        if !(4..=31).contains(&self.bcrypt_cost) {
-            return Err(format!(
-                "invalid --bcrypt-cost {} (must be between 4 and 31)",
-                self.bcrypt_cost
-            ));
-        }
         if self.heartbeat_interval == 0 {
             return Err("--heartbeat-interval must be > 0".into());
         }

@@ -11,8 +11,16 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
 
-pub async fn run(cfg: Config) -> anyhow::Result<()> {
+pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     cfg.validate().map_err(anyhow::Error::msg)?;
+    if !(4..=31).contains(&cfg.bcrypt_cost) {
+        // As etcd: warn and use the default.
+        tracing::warn!(
+            "use default bcrypt-cost 10 instead of the invalid value {}",
+            cfg.bcrypt_cost
+        );
+        cfg.bcrypt_cost = 10;
+    }
     let tls = crate::tls::Tls::from_config(&cfg)?;
     crate::tls::set_dial(tls.clone());
     let (stop_tx, stop_rx) = watch::channel(false);

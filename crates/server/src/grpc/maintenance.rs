@@ -106,12 +106,19 @@ impl MaintenanceService {
         if !self.server.shared.auth.is_enabled() {
             return Ok(());
         }
-        let who = self.server.auth_info(md)?;
+        // etcd returns the auth package's errors here unconverted: code
+        // Unknown with their raw text.
+        let raw = |e: crate::auth::AuthError| Status::unknown(e.raw_text());
+        let who = match self.server.auth_info(md) {
+            Ok(w) => w,
+            Err(ServerError::Auth(e)) => return Err(raw(e)),
+            Err(e) => return Err(e.into()),
+        };
         self.server
             .shared
             .auth
             .check_admin(who.as_ref())
-            .map_err(|e| ServerError::from(e).into())
+            .map_err(raw)
     }
 }
 
