@@ -15,7 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    let descriptors = out.join("descriptors.bin");
     tonic_prost_build::configure()
+        .file_descriptor_set_path(&descriptors)
         .build_client(true)
         .build_server(true)
         .generate_default_stubs(true)
@@ -24,8 +27,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".mvccpb.KeyValue.key")
         .bytes(".mvccpb.KeyValue.value")
         .compile_protos(&files, &["proto"])?;
+    // serde for the JSON gateway: the protobuf JSON mapping with the
+    // .proto field names, as etcd's grpc-gateway (`OrigName: true`).
+    pbjson_build::Builder::new()
+        .register_descriptors(&std::fs::read(&descriptors)?)?
+        .preserve_proto_field_names()
+        .build(&[
+            ".etcdserverpb",
+            ".mvccpb",
+            ".authpb",
+            ".v3lockpb",
+            ".v3electionpb",
+        ])?;
     // Methods a later issue fills in answer UNIMPLEMENTED; say so clearly.
-    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     for entry in std::fs::read_dir(&out)? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "rs") {

@@ -7,18 +7,23 @@
 
 pub mod mvccpb {
     include!(concat!(env!("OUT_DIR"), "/mvccpb.rs"));
+    include!(concat!(env!("OUT_DIR"), "/mvccpb.serde.rs"));
 }
 pub mod authpb {
     include!(concat!(env!("OUT_DIR"), "/authpb.rs"));
+    include!(concat!(env!("OUT_DIR"), "/authpb.serde.rs"));
 }
 pub mod etcdserverpb {
     include!(concat!(env!("OUT_DIR"), "/etcdserverpb.rs"));
+    include!(concat!(env!("OUT_DIR"), "/etcdserverpb.serde.rs"));
 }
 pub mod v3lockpb {
     include!(concat!(env!("OUT_DIR"), "/v3lockpb.rs"));
+    include!(concat!(env!("OUT_DIR"), "/v3lockpb.serde.rs"));
 }
 pub mod v3electionpb {
     include!(concat!(env!("OUT_DIR"), "/v3electionpb.rs"));
+    include!(concat!(env!("OUT_DIR"), "/v3electionpb.serde.rs"));
 }
 pub mod retcdpb {
     include!(concat!(env!("OUT_DIR"), "/retcdpb.rs"));

@@ -10,6 +10,7 @@ pub mod config;
 pub mod corrupt;
 pub mod error;
 pub mod fp;
+pub mod gateway;
 pub mod grpc;
 pub mod http;
 pub mod ids;

@@ -78,7 +78,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
                 server.clone(),
                 crate::grpc::learner_guard,
             ))
-            .merge(crate::http::router(server.clone()));
+            .merge(crate::http::router(server.clone()))
+            .merge(crate::gateway::router(&server));
         let mut rx = stop_rx.clone();
         let mut published = server.published.subscribe();
         let acceptor = https_acceptor(&url, &tls.client_acceptor, "--cert-file")?;

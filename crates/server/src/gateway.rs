@@ -1,0 +1,205 @@
+//! etcd's JSON gateway (grpc-gateway) on the client port: `POST /v3/...`
+//! (and the older `/v3beta/...`) with a JSON request body, answered with
+//! the JSON response, for the unary RPCs of KV, Lease, Cluster,
+//! Maintenance, Auth, Lock and Election. JSON is the protobuf JSON mapping
+//! with the .proto field names, as etcd's gateway (`OrigName: true`): bytes
+//! as base64, 64-bit integers as strings, enums by name, default values
+//! left out. The `Authorization` header carries an auth token.
+//!
+//! A request runs the same service code as its gRPC twin, in process. An
+//! error is answered as grpc-gateway does: the HTTP status for the gRPC
+//! code and `{"error", "code", "message"}`.
+//!
+//! Not served: the streaming RPCs (`/v3/watch`, `/v3/lease/keepalive`,
+//! `/v3/maintenance/snapshot`, `/v3/election/observe`).
+
+use crate::grpc::{auth, cluster, kv, lease, lock, maintenance};
+use crate::server::EtcdServer;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use retcd_api::etcdserverpb::auth_server::Auth;
+use retcd_api::etcdserverpb::cluster_server::Cluster;
+use retcd_api::etcdserverpb::kv_server::Kv;
+use retcd_api::etcdserverpb::lease_server::Lease;
+use retcd_api::etcdserverpb::maintenance_server::Maintenance;
+use retcd_api::v3electionpb::election_server::Election;
+use retcd_api::v3lockpb::lock_server::Lock;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::future::Future;
+use std::sync::Arc;
+use tonic::{Code, Status};
+
+/// The services, shared by every gateway route.
+struct Services {
+    kv: kv::KvService,
+    lease: lease::LeaseService,
+    cluster: cluster::ClusterService,
+    maintenance: maintenance::MaintenanceService,
+    auth: auth::AuthService,
+    lock: lock::LockService,
+    election: crate::grpc::election::ElectionService,
+}
+
+/// grpc-gateway's HTTP status for a gRPC code (`HTTPStatusFromCode`).
+fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::Cancelled => StatusCode::REQUEST_TIMEOUT,
+        Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+            StatusCode::BAD_REQUEST
+        }
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// grpc-gateway's error body, fields in its order.
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: &'a str,
+    code: i32,
+}
+
+fn error(status: &Status) -> Response {
+    let body = ErrorBody {
+        error: status.message(),
+        message: status.message(),
+        code: status.code() as i32,
+    };
+    (http_status(status.code()), axum::Json(body)).into_response()
+}
+
+/// Decodes the body (empty = the default request), runs `call` with the
+/// `Authorization` header as the `token` metadata, encodes the answer.
+async fn unary<Req, Resp, F, Fut>(headers: HeaderMap, body: Bytes, call: F) -> Response
+where
+    Req: DeserializeOwned + Default,
+    Resp: Serialize,
+    F: FnOnce(tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+{
+    let req: Req = if body.iter().all(u8::is_ascii_whitespace) {
+        Req::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => return error(&Status::invalid_argument(e.to_string())),
+        }
+    };
+    let mut request = tonic::Request::new(req);
+    if let Some(token) = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| tonic::metadata::MetadataValue::try_from(v.as_bytes()).ok())
+    {
+        request.metadata_mut().insert("token", token);
+    }
+    match call(request).await {
+        Ok(resp) => axum::Json(resp.into_inner()).into_response(),
+        Err(status) => error(&status),
+    }
+}
+
+/// `routes!(router, services; "/path" => field.method, ...)`: one POST
+/// route per path, under both `/v3` and `/v3beta`.
+macro_rules! routes {
+    ($router:ident, $svc:ident; $($path:literal => $field:ident . $method:ident),* $(,)?) => {
+        $(
+            for prefix in ["/v3", "/v3beta"] {
+                let s = $svc.clone();
+                $router = $router.route(
+                    &format!("{prefix}{}", $path),
+                    post(move |headers: HeaderMap, body: Bytes| {
+                        let s = s.clone();
+                        async move { unary(headers, body, |r| async move { s.$field.$method(r).await }).await }
+                    }),
+                );
+            }
+        )*
+    };
+}
+
+/// The gateway's routes, to merge into the client port's router.
+pub fn router(server: &Arc<EtcdServer>) -> Router {
+    let own = crate::grpc::v3client::self_channel(server);
+    let svc = Arc::new(Services {
+        kv: kv::KvService {
+            server: server.clone(),
+        },
+        lease: lease::LeaseService::new(server.clone()),
+        cluster: cluster::ClusterService {
+            server: server.clone(),
+        },
+        maintenance: maintenance::MaintenanceService {
+            server: server.clone(),
+        },
+        auth: auth::AuthService {
+            server: server.clone(),
+        },
+        lock: lock::LockService {
+            channel: own.clone(),
+        },
+        election: crate::grpc::election::ElectionService { channel: own },
+    });
+    let mut r = Router::new();
+    routes!(r, svc;
+        "/kv/range" => kv.range,
+        "/kv/put" => kv.put,
+        "/kv/deleterange" => kv.delete_range,
+        "/kv/txn" => kv.txn,
+        "/kv/compaction" => kv.compact,
+        "/lease/grant" => lease.lease_grant,
+        "/lease/revoke" => lease.lease_revoke,
+        "/kv/lease/revoke" => lease.lease_revoke,
+        "/lease/timetolive" => lease.lease_time_to_live,
+        "/kv/lease/timetolive" => lease.lease_time_to_live,
+        "/lease/leases" => lease.lease_leases,
+        "/kv/lease/leases" => lease.lease_leases,
+        "/cluster/member/add" => cluster.member_add,
+        "/cluster/member/remove" => cluster.member_remove,
+        "/cluster/member/update" => cluster.member_update,
+        "/cluster/member/list" => cluster.member_list,
+        "/cluster/member/promote" => cluster.member_promote,
+        "/maintenance/alarm" => maintenance.alarm,
+        "/maintenance/status" => maintenance.status,
+        "/maintenance/defragment" => maintenance.defragment,
+        // etcd registers Hash and HashKV on the same path; HashKV wins.
+        "/maintenance/hash" => maintenance.hash_kv,
+        "/maintenance/transfer-leadership" => maintenance.move_leader,
+        "/auth/enable" => auth.auth_enable,
+        "/auth/disable" => auth.auth_disable,
+        "/auth/status" => auth.auth_status,
+        "/auth/authenticate" => auth.authenticate,
+        "/auth/user/add" => auth.user_add,
+        "/auth/user/get" => auth.user_get,
+        "/auth/user/list" => auth.user_list,
+        "/auth/user/delete" => auth.user_delete,
+        "/auth/user/changepw" => auth.user_change_password,
+        "/auth/user/grant" => auth.user_grant_role,
+        "/auth/user/revoke" => auth.user_revoke_role,
+        "/auth/role/add" => auth.role_add,
+        "/auth/role/get" => auth.role_get,
+        "/auth/role/list" => auth.role_list,
+        "/auth/role/delete" => auth.role_delete,
+        "/auth/role/grant" => auth.role_grant_permission,
+        "/auth/role/revoke" => auth.role_revoke_permission,
+        "/lock/lock" => lock.lock,
+        "/lock/unlock" => lock.unlock,
+        "/election/campaign" => election.campaign,
+        "/election/proclaim" => election.proclaim,
+        "/election/leader" => election.leader,
+        "/election/resign" => election.resign,
+    );
+    r
+}
