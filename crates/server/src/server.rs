@@ -420,6 +420,16 @@ impl EtcdServer {
             .get("token")
             .or_else(|| md.get("authorization"))
             .map(|v| v.to_str().unwrap_or_default());
+        if token.is_none() && self.cfg.client_cert_auth {
+            // etcd's AuthInfoFromTLS: without a token, the verified client
+            // certificate's common name is the user.
+            if let Some(cn) = md.get(crate::tls::CERT_CN_HEADER) {
+                return Ok(Some(crate::auth::AuthInfo {
+                    username: cn.to_str().unwrap_or_default().to_string(),
+                    revision: self.shared.auth.revision(),
+                }));
+            }
+        }
         Ok(self.shared.auth.info_from_token(token)?)
     }
 

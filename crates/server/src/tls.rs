@@ -215,3 +215,117 @@ pub fn incoming(
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
+
+/// Metadata key under which the client port hands a verified client
+/// certificate's common name to the services (set by `grpc::learner_guard`
+/// after removing whatever the client sent under that name).
+pub const CERT_CN_HEADER: &str = "x-retcd-cert-cn";
+
+/// The common name of the verified client certificate of the connection a
+/// request came on (`--client-cert-auth`), from its connect info.
+pub fn peer_common_name(ext: &axum::http::Extensions) -> Option<String> {
+    type Info = tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>;
+    let certs = ext.get::<Info>()?.peer_certs()?;
+    common_name(certs.first()?.as_ref())
+}
+
+/// One DER element: (tag, contents, rest).
+fn der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, b) = b.split_first()?;
+    let (&l, mut b) = b.split_first()?;
+    let len = if l < 0x80 {
+        l as usize
+    } else {
+        let n = (l & 0x7f) as usize;
+        if n == 0 || n > 4 || b.len() < n {
+            return None;
+        }
+        let len = b[..n].iter().fold(0usize, |a, &x| (a << 8) | x as usize);
+        b = &b[n..];
+        len
+    };
+    (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
+}
+
+/// The subject's common name (OID 2.5.4.3) of an X.509 certificate in
+/// DER: Certificate → tbsCertificate → [version], serial, signature,
+/// issuer, validity, subject.
+pub fn common_name(cert: &[u8]) -> Option<String> {
+    const SEQ: u8 = 0x30;
+    const CN_OID: &[u8] = &[0x55, 0x04, 0x03];
+    let (_, certificate, _) = der(cert).filter(|e| e.0 == SEQ)?;
+    let (_, tbs, _) = der(certificate).filter(|e| e.0 == SEQ)?;
+    let mut rest = tbs;
+    if rest.first() == Some(&0xa0) {
+        rest = der(rest)?.2; // explicit version
+    }
+    for _ in 0..4 {
+        rest = der(rest)?.2; // serial, signature, issuer, validity
+    }
+    let (_, mut subject, _) = der(rest).filter(|e| e.0 == SEQ)?;
+    let mut cn = None;
+    while !subject.is_empty() {
+        let (_, mut rdn, next) = der(subject)?;
+        subject = next;
+        while !rdn.is_empty() {
+            let (_, atv, next) = der(rdn)?;
+            rdn = next;
+            let (oid_tag, oid, value) = der(atv)?;
+            if oid_tag == 0x06 && oid == CN_OID {
+                let (_, v, _) = der(value)?;
+                cn = Some(String::from_utf8_lossy(v).into_owned());
+            }
+        }
+    }
+    cn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// DER element with a short or long length.
+    fn tlv(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        if body.len() < 0x80 {
+            v.push(body.len() as u8);
+        } else {
+            v.push(0x82);
+            v.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        }
+        v.extend_from_slice(body);
+        v
+    }
+
+    fn name(attrs: &[(&[u8], &str)]) -> Vec<u8> {
+        let mut rdns = Vec::new();
+        for (oid, val) in attrs {
+            let atv = [tlv(0x06, oid), tlv(0x0c, val.as_bytes())].concat();
+            rdns.extend(tlv(0x31, &tlv(0x30, &atv)));
+        }
+        tlv(0x30, &rdns)
+    }
+
+    #[test]
+    fn test_common_name_of_subject_not_issuer() {
+        let o: &[u8] = &[0x55, 0x04, 0x0a];
+        let cn: &[u8] = &[0x55, 0x04, 0x03];
+        let tbs = [
+            tlv(0xa0, &tlv(0x02, &[2])),
+            tlv(0x02, &[1, 2, 3]),
+            tlv(0x30, &tlv(0x06, &[0x2a, 0x86, 0x48])),
+            name(&[(cn, "the-ca")]),
+            tlv(0x30, &[0u8; 200]),
+            name(&[(o, "org"), (cn, "bob")]),
+            tlv(0x30, &[]),
+        ]
+        .concat();
+        let cert = tlv(
+            0x30,
+            &[tlv(0x30, &tbs), tlv(0x30, &[]), tlv(0x03, &[0])].concat(),
+        );
+        assert_eq!(common_name(&cert).as_deref(), Some("bob"));
+        assert_eq!(common_name(&cert[..cert.len() - 3]), None);
+        assert_eq!(common_name(&[0x30, 0x81]), None);
+    }
+}

@@ -43,9 +43,19 @@ const GRPC_PACKAGES: &[&str] = &[
 /// `/metrics`, ...) are not gRPC and are not affected.
 pub async fn learner_guard(
     axum::extract::State(server): axum::extract::State<Arc<EtcdServer>>,
-    req: axum::extract::Request,
+    mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    if server.cfg.client_cert_auth {
+        // The verified client certificate's CN, for auth (etcd's
+        // AuthInfoFromTLS); never what the client sent under that name.
+        let cn = crate::tls::peer_common_name(req.extensions());
+        let headers = req.headers_mut();
+        headers.remove(crate::tls::CERT_CN_HEADER);
+        if let Some(v) = cn.and_then(|c| axum::http::HeaderValue::from_str(&c).ok()) {
+            headers.insert(crate::tls::CERT_CN_HEADER, v);
+        }
+    }
     let path = req.uri().path();
     let grpc = GRPC_PACKAGES.iter().any(|p| path.starts_with(p));
     let allowed = matches!(
