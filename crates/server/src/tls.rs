@@ -49,8 +49,16 @@ pub struct Tls {
     pub peer_acceptor: Option<TlsAcceptor>,
     /// Dials peers' `https://` URLs.
     pub peer_dial: Option<ClientTlsConfig>,
-    /// Dials `https://` client URLs (this member's and its peers').
+    /// Dials `https://` client URLs (peers').
     pub client_dial: Option<ClientTlsConfig>,
+    /// Dials this member's own `https://` client URL (the lock and
+    /// election services): trusts exactly the certificate it serves, so it
+    /// works with or without a CA file (etcd's services call the server in
+    /// process and need no TLS at all).
+    pub self_dial: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    /// The certificate this member serves on client URLs (and presents
+    /// when dialing itself).
+    pub own_client_cert: Option<CertificateDer<'static>>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -111,6 +119,29 @@ impl Side {
         Ok(Some(TlsAcceptor::from(Arc::new(cfg))))
     }
 
+    /// A client config that accepts only this side's own certificate and
+    /// presents it (for `--client-cert-auth`).
+    fn self_dial(&self) -> anyhow::Result<Option<Arc<tokio_rustls::rustls::ClientConfig>>> {
+        let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
+            return Ok(None);
+        };
+        let certs = read_certs(cert)?;
+        let key = PrivateKeyDer::from_pem_file(key)
+            .with_context(|| format!("cannot read the private key {}", key.display()))?;
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let verifier = Arc::new(PinnedCert {
+            cert: certs[0].clone(),
+            provider: provider.clone(),
+        });
+        let mut cfg = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_client_auth_cert(certs, key)?;
+        cfg.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Some(Arc::new(cfg)))
+    }
+
     fn dial(&self) -> anyhow::Result<Option<ClientTlsConfig>> {
         let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
             return Ok(None);
@@ -143,6 +174,11 @@ impl Tls {
             peer_acceptor: peer.acceptor("peer TLS")?,
             peer_dial: peer.dial()?,
             client_dial: client.dial()?,
+            self_dial: client.self_dial()?,
+            own_client_cert: match &client.cert {
+                Some(c) => Some(read_certs(c)?.remove(0)),
+                None => None,
+            },
         })
     }
 
@@ -176,6 +212,107 @@ pub fn peer_endpoint(url: &str) -> Result<Endpoint, tonic::transport::Error> {
 /// An endpoint for a client URL (`https://` with the client certificate).
 pub fn client_endpoint(url: &str) -> Result<Endpoint, tonic::transport::Error> {
     Tls::endpoint(url, DIAL.get().and_then(|t| t.client_dial.as_ref()))
+}
+
+/// A channel to this member's own client URL `url` (`http://` or
+/// `https://host:port`), connected lazily.
+pub fn self_channel(url: &str) -> tonic::transport::Channel {
+    let hp = url.split_once("://").map_or(url, |(_, r)| r).to_string();
+    let plain = Endpoint::from_shared(format!("http://{hp}"))
+        .expect("valid self URL")
+        .tcp_nodelay(true);
+    let Some(cfg) = DIAL
+        .get()
+        .and_then(|t| t.self_dial.clone())
+        .filter(|_| url.starts_with("https://"))
+    else {
+        return plain.connect_lazy();
+    };
+    // TLS by our own connector: the endpoint itself stays `http://` (h2
+    // with prior knowledge over the TLS stream).
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let (cfg, hp) = (cfg.clone(), hp.clone());
+        async move {
+            let tcp = TcpStream::connect(&hp).await?;
+            tcp.set_nodelay(true)?;
+            let host = hp.rsplit_once(':').map_or(hp.as_str(), |(h, _)| h);
+            let name = rustls_pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            let tls = tokio_rustls::TlsConnector::from(cfg)
+                .connect(name, tcp)
+                .await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+        }
+    });
+    plain.connect_with_connector_lazy(connector)
+}
+
+/// Accepts exactly one certificate (this member's own), with the usual
+/// handshake signature checks.
+#[derive(Debug)]
+struct PinnedCert {
+    cert: CertificateDer<'static>,
+    provider: Arc<tokio_rustls::rustls::crypto::CryptoProvider>,
+}
+
+impl tokio_rustls::rustls::client::danger::ServerCertVerifier for PinnedCert {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<tokio_rustls::rustls::client::danger::ServerCertVerified, tokio_rustls::rustls::Error>
+    {
+        if end_entity.as_ref() == self.cert.as_ref() {
+            Ok(tokio_rustls::rustls::client::danger::ServerCertVerified::assertion())
+        } else {
+            Err(tokio_rustls::rustls::Error::General(
+                "not this member's own certificate".into(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &tokio_rustls::rustls::DigitallySignedStruct,
+    ) -> Result<
+        tokio_rustls::rustls::client::danger::HandshakeSignatureValid,
+        tokio_rustls::rustls::Error,
+    > {
+        tokio_rustls::rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &tokio_rustls::rustls::DigitallySignedStruct,
+    ) -> Result<
+        tokio_rustls::rustls::client::danger::HandshakeSignatureValid,
+        tokio_rustls::rustls::Error,
+    > {
+        tokio_rustls::rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<tokio_rustls::rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 /// Accepted TLS connections on `l` (TCP_NODELAY set), handshakes done in
@@ -221,12 +358,35 @@ pub fn incoming(
 /// after removing whatever the client sent under that name).
 pub const CERT_CN_HEADER: &str = "x-retcd-cert-cn";
 
-/// The common name of the verified client certificate of the connection a
-/// request came on (`--client-cert-auth`), from its connect info.
-pub fn peer_common_name(ext: &axum::http::Extensions) -> Option<String> {
+/// Who a request on the client port came from, by its TLS connection.
+pub enum CertPeer {
+    /// This member itself (its lock and election services, which forward
+    /// their caller's identity).
+    Own,
+    /// A verified client certificate with this common name.
+    Named(String),
+    /// No certificate, or one without a common name.
+    Unnamed,
+}
+
+/// The verified client certificate of the connection a request came on
+/// (`--client-cert-auth`), from its connect info.
+pub fn cert_peer(ext: &axum::http::Extensions) -> CertPeer {
     type Info = tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>;
-    let certs = ext.get::<Info>()?.peer_certs()?;
-    common_name(certs.first()?.as_ref())
+    let Some(certs) = ext.get::<Info>().and_then(|i| i.peer_certs()) else {
+        return CertPeer::Unnamed;
+    };
+    let Some(leaf) = certs.first() else {
+        return CertPeer::Unnamed;
+    };
+    let own = DIAL
+        .get()
+        .and_then(|t| t.own_client_cert.as_ref())
+        .is_some_and(|c| c.as_ref() == leaf.as_ref());
+    if own {
+        return CertPeer::Own;
+    }
+    common_name(leaf.as_ref()).map_or(CertPeer::Unnamed, CertPeer::Named)
 }
 
 /// One DER element: (tag, contents, rest).

@@ -48,12 +48,22 @@ pub async fn learner_guard(
 ) -> axum::response::Response {
     if server.cfg.client_cert_auth {
         // The verified client certificate's CN, for auth (etcd's
-        // AuthInfoFromTLS); never what the client sent under that name.
-        let cn = crate::tls::peer_common_name(req.extensions());
+        // AuthInfoFromTLS); never what the client sent under that name,
+        // unless the client is this member forwarding its caller's.
+        use crate::tls::CertPeer;
+        let peer = crate::tls::cert_peer(req.extensions());
         let headers = req.headers_mut();
-        headers.remove(crate::tls::CERT_CN_HEADER);
-        if let Some(v) = cn.and_then(|c| axum::http::HeaderValue::from_str(&c).ok()) {
-            headers.insert(crate::tls::CERT_CN_HEADER, v);
+        match peer {
+            CertPeer::Own => {}
+            CertPeer::Named(cn) => {
+                headers.remove(crate::tls::CERT_CN_HEADER);
+                if let Ok(v) = axum::http::HeaderValue::from_str(&cn) {
+                    headers.insert(crate::tls::CERT_CN_HEADER, v);
+                }
+            }
+            CertPeer::Unnamed => {
+                headers.remove(crate::tls::CERT_CN_HEADER);
+            }
         }
     }
     let path = req.uri().path();

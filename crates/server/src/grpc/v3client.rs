@@ -35,10 +35,7 @@ pub fn self_channel(server: &EtcdServer) -> Channel {
     } else {
         "http"
     };
-    crate::tls::client_endpoint(&format!("{scheme}://{hp}"))
-        .expect("valid self URL")
-        .tcp_nodelay(true)
-        .connect_lazy()
+    crate::tls::self_channel(&format!("{scheme}://{hp}"))
 }
 
 /// The end of the range of keys starting with `prefix` (etcd's
@@ -141,22 +138,32 @@ pub fn client_err(s: Status) -> Status {
     Status::unknown(s.message().to_string())
 }
 
-/// Passes the caller's auth token on (etcd's v3client forwards the
-/// incoming context's metadata), so the inner requests run with the
-/// caller's permissions.
+/// Passes the caller's identity on (etcd's v3client forwards the incoming
+/// context): its auth token, or the common name of its client
+/// certificate, so the inner requests run with the caller's permissions.
 #[derive(Clone)]
-pub struct CallerToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+pub struct CallerToken {
+    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    cert_cn: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+}
 
 impl CallerToken {
     pub fn of(md: &tonic::metadata::MetadataMap) -> CallerToken {
-        CallerToken(md.get("token").or_else(|| md.get("authorization")).cloned())
+        CallerToken {
+            token: md.get("token").or_else(|| md.get("authorization")).cloned(),
+            cert_cn: md.get(crate::tls::CERT_CN_HEADER).cloned(),
+        }
     }
 }
 
 impl tonic::service::Interceptor for CallerToken {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        if let Some(t) = &self.0 {
+        if let Some(t) = &self.token {
             req.metadata_mut().insert("token", t.clone());
+        }
+        if let Some(cn) = &self.cert_cn {
+            req.metadata_mut()
+                .insert(crate::tls::CERT_CN_HEADER, cn.clone());
         }
         Ok(req)
     }
