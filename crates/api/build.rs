@@ -32,6 +32,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     pbjson_build::Builder::new()
         .register_descriptors(&std::fs::read(&descriptors)?)?
         .preserve_proto_field_names()
+        // as grpc-gateway: unknown fields in a request are ignored
+        .ignore_unknown_fields()
         .build(&[
             ".etcdserverpb",
             ".mvccpb",

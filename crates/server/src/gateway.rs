@@ -10,8 +10,12 @@
 //! error is answered as grpc-gateway does: the HTTP status for the gRPC
 //! code and `{"error", "code", "message"}`.
 //!
-//! Not served: the streaming RPCs (`/v3/watch`, `/v3/lease/keepalive`,
-//! `/v3/maintenance/snapshot`, `/v3/election/observe`).
+//! Streams (`/v3/watch`, `/v3/lease/keepalive`, `/v3/election/observe`)
+//! answer one JSON object a line, `{"result": ...}`, as long as the client
+//! reads; the body's requests (one or more JSON objects) are sent first and
+//! the request side stays open. They run through a channel to this
+//! member's own client port. Not served: `/v3/maintenance/snapshot`.
+//! Other paths under `/v3/` answer 404.
 
 use crate::grpc::{auth, cluster, kv, lease, lock, maintenance};
 use crate::server::EtcdServer;
@@ -23,9 +27,13 @@ use axum::Router;
 use retcd_api::etcdserverpb::auth_server::Auth;
 use retcd_api::etcdserverpb::cluster_server::Cluster;
 use retcd_api::etcdserverpb::kv_server::Kv;
+use retcd_api::etcdserverpb::lease_client::LeaseClient;
 use retcd_api::etcdserverpb::lease_server::Lease;
 use retcd_api::etcdserverpb::maintenance_server::Maintenance;
+use retcd_api::etcdserverpb::watch_client::WatchClient;
+use retcd_api::v3electionpb::election_client::ElectionClient;
 use retcd_api::v3electionpb::election_server::Election;
+use retcd_api::v3electionpb::LeaderRequest;
 use retcd_api::v3lockpb::lock_server::Lock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -44,15 +52,14 @@ struct Services {
     election: crate::grpc::election::ElectionService,
 }
 
-/// grpc-gateway's HTTP status for a gRPC code (`HTTPStatusFromCode`).
+/// grpc-gateway v1's HTTP status for a gRPC code (`HTTPStatusFromCode`).
 fn http_status(code: Code) -> StatusCode {
     match code {
         Code::Ok => StatusCode::OK,
         Code::Cancelled => StatusCode::REQUEST_TIMEOUT,
         Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
-        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
-            StatusCode::BAD_REQUEST
-        }
+        Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
         Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
         Code::NotFound => StatusCode::NOT_FOUND,
         Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
@@ -98,6 +105,55 @@ where
             Err(e) => return error(&Status::invalid_argument(e.to_string())),
         }
     };
+    match call(with_token(&headers, req)).await {
+        Ok(resp) => axum::Json(resp.into_inner()).into_response(),
+        Err(status) => error(&status),
+    }
+}
+
+/// The requests in `body`: JSON objects one after another (none if empty).
+fn requests<Req: DeserializeOwned>(body: &Bytes) -> Result<Vec<Req>, Status> {
+    serde_json::Deserializer::from_slice(body)
+        .into_iter::<Req>()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// A streaming call's answer: each message as a `{"result": ...}` line; an
+/// error ends the stream with grpc-gateway's `{"error": ...}` line.
+fn stream_body<Resp, S>(inbound: S, keep: impl Send + Sync + 'static) -> Response
+where
+    Resp: Serialize,
+    S: tokio_stream::Stream<Item = Result<Resp, Status>> + Send + 'static,
+{
+    use tokio_stream::StreamExt;
+    let lines = inbound.map(move |r| {
+        let _keep = &keep;
+        let line = match r {
+            Ok(m) => format!(
+                "{{\"result\":{}}}\n",
+                serde_json::to_string(&m).unwrap_or_default()
+            ),
+            Err(s) => format!(
+                "{{\"error\":{{\"grpc_code\":{},\"http_code\":{},\"message\":{},\"http_status\":{}}}}}\n",
+                s.code() as i32,
+                http_status(s.code()).as_u16(),
+                serde_json::to_string(s.message()).unwrap_or_default(),
+                serde_json::to_string(http_status(s.code()).canonical_reason().unwrap_or_default())
+                    .unwrap_or_default(),
+            ),
+        };
+        Ok::<_, std::convert::Infallible>(Bytes::from(line))
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(lines),
+    )
+        .into_response()
+}
+
+/// `Authorization` as the `token` metadata of `req`.
+fn with_token<T>(headers: &HeaderMap, req: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(req);
     if let Some(token) = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -105,9 +161,30 @@ where
     {
         request.metadata_mut().insert("token", token);
     }
+    request
+}
+
+/// A bidirectional stream: the body's requests go out, the request side
+/// stays open while the answer is read.
+async fn bidi<Req, Resp, F, Fut>(headers: HeaderMap, body: Bytes, call: F) -> Response
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    F: FnOnce(tonic::Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<tonic::Streaming<Resp>>, Status>>,
+{
+    let reqs = match requests::<Req>(&body) {
+        Ok(r) => r,
+        Err(s) => return error(&s),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(reqs.len().max(1));
+    for r in reqs {
+        let _ = tx.try_send(r);
+    }
+    let request = with_token(&headers, tokio_stream::wrappers::ReceiverStream::new(rx));
     match call(request).await {
-        Ok(resp) => axum::Json(resp.into_inner()).into_response(),
-        Err(status) => error(&status),
+        Ok(resp) => stream_body(resp.into_inner(), tx),
+        Err(s) => error(&s),
     }
 }
 
@@ -133,6 +210,7 @@ macro_rules! routes {
 /// The gateway's routes, to merge into the client port's router.
 pub fn router(server: &Arc<EtcdServer>) -> Router {
     let own = crate::grpc::v3client::self_channel(server);
+    let own_stream = own.clone();
     let svc = Arc::new(Services {
         kv: kv::KvService {
             server: server.clone(),
@@ -174,8 +252,9 @@ pub fn router(server: &Arc<EtcdServer>) -> Router {
         "/maintenance/alarm" => maintenance.alarm,
         "/maintenance/status" => maintenance.status,
         "/maintenance/defragment" => maintenance.defragment,
-        // etcd registers Hash and HashKV on the same path; HashKV wins.
-        "/maintenance/hash" => maintenance.hash_kv,
+        // etcd registers Hash and HashKV on the same path; etcd 3.4.23
+        // answers Hash there.
+        "/maintenance/hash" => maintenance.hash,
         "/maintenance/transfer-leadership" => maintenance.move_leader,
         "/auth/enable" => auth.auth_enable,
         "/auth/disable" => auth.auth_disable,
@@ -201,5 +280,53 @@ pub fn router(server: &Arc<EtcdServer>) -> Router {
         "/election/leader" => election.leader,
         "/election/resign" => election.resign,
     );
+    for prefix in ["/v3", "/v3beta"] {
+        let ch = own_stream.clone();
+        r = r.route(
+            &format!("{prefix}/watch"),
+            post(move |headers: HeaderMap, body: Bytes| {
+                let mut c = WatchClient::new(ch.clone());
+                async move { bidi(headers, body, |req| async move { c.watch(req).await }).await }
+            }),
+        );
+        let ch = own_stream.clone();
+        r = r.route(
+            &format!("{prefix}/lease/keepalive"),
+            post(move |headers: HeaderMap, body: Bytes| {
+                let mut c = LeaseClient::new(ch.clone());
+                async move {
+                    bidi(
+                        headers,
+                        body,
+                        |req| async move { c.lease_keep_alive(req).await },
+                    )
+                    .await
+                }
+            }),
+        );
+        let ch = own_stream.clone();
+        r = r.route(
+            &format!("{prefix}/election/observe"),
+            post(move |headers: HeaderMap, body: Bytes| {
+                let mut c = ElectionClient::new(ch.clone());
+                async move {
+                    let req = match requests::<LeaderRequest>(&body) {
+                        Ok(mut v) if v.len() <= 1 => v.pop().unwrap_or_default(),
+                        Ok(_) => return error(&Status::invalid_argument("one request expected")),
+                        Err(s) => return error(&s),
+                    };
+                    match c.observe(with_token(&headers, req)).await {
+                        Ok(resp) => stream_body(resp.into_inner(), ()),
+                        Err(s) => error(&s),
+                    }
+                }
+            }),
+        );
+        // grpc-gateway answers other paths under its prefixes 404.
+        r = r.route(
+            &format!("{prefix}/{{*rest}}"),
+            axum::routing::any(|| async { (StatusCode::NOT_FOUND, "Not Found\n") }),
+        );
+    }
     r
 }
