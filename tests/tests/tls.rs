@@ -324,7 +324,7 @@ impl Transcript {
                     (format!("{step}: {shown}"), r.starts_with("ok"))
                 }
                 "curl" => match curl(&format!("{tls} {}{args}", eps[0])) {
-                    None => (format!("{step}: curl absent"), want_ok),
+                    None => panic!("curl is needed (scripts/test.sh installs it)"),
                     Some((code, body)) => {
                         // Exit codes of refused TLS handshakes depend on timing.
                         self.side.push(format!("{step}: curl exit {code}"));
