@@ -23,6 +23,7 @@ pub mod normalize;
 pub mod ports;
 pub mod process;
 pub mod robustness;
+pub mod transcript;
 pub mod wal;
 
 pub use binaries::{
@@ -34,6 +35,7 @@ pub use http::{http_get, HttpResponse};
 pub use membership::{initial_cluster_for, member_add_when_healthy};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};
 pub use process::Member;
+pub use transcript::assert_same_lines;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -22,7 +22,8 @@ use etcd_client::{
 };
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::{
-    bounded, etcdctl, etcdctl35, etcdctl_with_stdin, grpc_error, test_flavor, Cluster, Flavor,
+    assert_same_lines, bounded, etcdctl, etcdctl35, etcdctl_with_stdin, grpc_error, test_flavor,
+    Cluster, Flavor,
 };
 
 const LIMIT: Duration = Duration::from_secs(240);
@@ -154,38 +155,17 @@ fn mask_ids(s: &str) -> String {
 /// Prints the reference transcript, checks its expectations, and asserts
 /// that the target's transcript equals it line by line.
 fn compare(want: &Transcript, got: &Transcript) {
-    for l in &want.lines {
-        eprintln!("etcd: {l}");
-    }
     for t in [want, got] {
         for l in &t.side {
             eprintln!("{} (not compared): {l}", t.flavor.name());
         }
     }
-    assert!(
-        want.violations.is_empty(),
-        "the scenario itself changed on real etcd:\n{}",
-        want.violations.join("\n")
-    );
-    let n = want.lines.len().max(got.lines.len());
-    let line = |t: &Transcript, i: usize| t.lines.get(i).cloned().unwrap_or("<none>".into());
-    let diffs: Vec<String> = (0..n)
-        .filter(|&i| want.lines.get(i) != got.lines.get(i))
-        .map(|i| {
-            let g = got.flavor.name();
-            format!(
-                "line {i}:\n  etcd: {}\n  {g}: {}",
-                line(want, i),
-                line(got, i)
-            )
-        })
-        .collect();
-    assert!(
-        diffs.is_empty() && got.violations.is_empty(),
-        "{} of {n} lines differ:\n{}\n{}",
-        diffs.len(),
-        diffs.join("\n"),
-        got.violations.join("\n")
+    assert_same_lines(
+        &want.lines,
+        &want.violations,
+        &got.lines,
+        &got.violations,
+        got.flavor.name(),
     );
 }
 

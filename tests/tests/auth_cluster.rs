@@ -25,7 +25,7 @@ use retcd_api::etcdserverpb::{
 };
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::ports::free_port;
-use retcd_tests::{bounded, etcdctl, test_flavor, Cluster, Flavor};
+use retcd_tests::{assert_same_lines, bounded, etcdctl, test_flavor, Cluster, Flavor};
 use serde_json::Value;
 use tonic::{Request, Response, Status};
 
@@ -121,33 +121,12 @@ impl Transcript {
 /// Prints the reference transcript, checks both transcripts'
 /// expectations, and asserts that the target's equals the reference.
 fn compare(want: &Transcript, got: &Transcript) {
-    for l in &want.lines {
-        eprintln!("etcd: {l}");
-    }
-    assert!(
-        want.violations.is_empty(),
-        "the scenario itself changed on real etcd:\n{}",
-        want.violations.join("\n")
-    );
-    let n = want.lines.len().max(got.lines.len());
-    let line = |t: &Transcript, i: usize| t.lines.get(i).cloned().unwrap_or("<none>".into());
-    let g = got.flavor.name();
-    let diffs: Vec<String> = (0..n)
-        .filter(|&i| want.lines.get(i) != got.lines.get(i))
-        .map(|i| {
-            format!(
-                "line {i}:\n  etcd: {}\n  {g}: {}",
-                line(want, i),
-                line(got, i)
-            )
-        })
-        .collect();
-    assert!(
-        diffs.is_empty() && got.violations.is_empty(),
-        "{} of {n} lines differ:\n{}\n{}",
-        diffs.len(),
-        diffs.join("\n"),
-        got.violations.join("\n")
+    assert_same_lines(
+        &want.lines,
+        &want.violations,
+        &got.lines,
+        &got.violations,
+        got.flavor.name(),
     );
 }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use retcd_api::v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest};
 use retcd_tests::normalize::{normalize_output, normalize_text};
-use retcd_tests::{etcdctl, ports::free_port, test_flavor, Flavor, Output};
+use retcd_tests::{assert_same_lines, etcdctl, ports::free_port, test_flavor, Flavor, Output};
 use tempfile::TempDir;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
@@ -356,23 +356,11 @@ fn curl(args: &str) -> Option<(i32, String)> {
 
 /// Prints etcd's transcript, checks its expectations, asserts equality.
 fn compare(want: &Transcript, got: &Transcript, name: &str) {
-    want.lines.iter().for_each(|l| eprintln!("etcd: {l}"));
     want.side.iter().for_each(|l| eprintln!("etcd (side): {l}"));
     got.side
         .iter()
         .for_each(|l| eprintln!("{name} (side): {l}"));
-    let bad = want.bad.join("\n");
-    assert!(bad.is_empty(), "the scenario changed on etcd:\n{bad}");
-    let n = want.lines.len().max(got.lines.len());
-    let at = |t: &Transcript, i: usize| t.lines.get(i).cloned().unwrap_or("<none>".into());
-    let diffs: Vec<String> = (0..n)
-        .filter(|&i| want.lines.get(i) != got.lines.get(i))
-        .map(|i| (i, at(want, i), at(got, i)))
-        .map(|(i, w, g)| format!("line {i}:\n  etcd: {w}\n  {name}: {g}"))
-        .collect();
-    let (k, bad, diffs) = (diffs.len(), got.bad.join("\n"), diffs.join("\n"));
-    let msg = format!("{k} of {n} lines differ:\n{diffs}\n{bad}");
-    assert!(k == 0 && bad.is_empty(), "{msg}");
+    assert_same_lines(&want.lines, &want.bad, &got.lines, &got.bad, name);
 }
 
 /// Runs `scenario` (a script, or a function) on etcd, then on the
