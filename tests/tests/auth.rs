@@ -533,3 +533,48 @@ async fn client_scenario(flavor: Flavor) -> Transcript {
 async fn etcd_client_authenticate_same_as_etcd() {
     same_as_etcd!(client_scenario);
 }
+
+/// With auth enabled, an expired lease is revoked by the server itself
+/// (etcd uses the root user for it): the keys a user attached go away
+/// although the expiry carries no user's token.
+async fn expiry_scenario(flavor: Flavor) -> Transcript {
+    let c = Cluster::start(flavor, 1, &[]).await.expect("start");
+    let mut t = Transcript::new(&c);
+    let eps = c.endpoints();
+    t.script(
+        "user add root:rootpw
+        user add bob:bobpw
+        role add r1
+        role grant-permission r1 --prefix=true readwrite app/
+        user grant-role bob r1
+        auth enable => 0 Authentication Enabled",
+    );
+    let mut bob = connect(&eps, Some(("bob", "bobpw")), false)
+        .await
+        .expect("bob");
+    let lease = bob.lease_grant(2, None).await.map(|r| r.id());
+    t.push(format!("bob grants a 2 s lease: {}", lease.is_ok()));
+    let put = PutOptions::new().with_lease(*lease.as_ref().unwrap_or(&0));
+    rec!(t, "bob put app/x with the lease" => bob.put("app/x", "1", Some(put)), unit);
+    rec!(t, "bob get app/x" => bob.get("app/x", None), kvs);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut gone = false;
+    while !gone && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        gone = bob
+            .get("app/x", None)
+            .await
+            .is_ok_and(|r| r.kvs().is_empty());
+    }
+    t.push(format!("app/x gone within 15 s of the grant: {gone}"));
+    if !gone {
+        t.violations.push("the expired lease's key stays".into());
+    }
+    drop(c);
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_expiry_with_auth_enabled_same_as_etcd() {
+    same_as_etcd!(expiry_scenario);
+}

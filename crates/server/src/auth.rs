@@ -121,6 +121,18 @@ pub struct AuthInfo {
     pub revision: u64,
 }
 
+impl AuthInfo {
+    /// The server acting on its own (etcd's `WithRoot`), e.g. revoking an
+    /// expired lease: the root user, which exists with the root role
+    /// whenever auth is enabled, at any auth revision.
+    pub fn server_itself() -> AuthInfo {
+        AuthInfo {
+            username: ROOT_USER.to_string(),
+            revision: u64::MAX,
+        }
+    }
+}
+
 /// The applied users and roles.
 #[derive(Debug, Default)]
 struct State {

@@ -414,7 +414,13 @@ pub async fn run_lessor(server: Arc<EtcdServer>) {
                     lease_revoke: Some(LeaseRevokeRequest { id }),
                     ..Default::default()
                 };
-                match s.propose(req).await {
+                // As root (etcd revokes with `WithRoot`): the lease's keys
+                // may be any user's.
+                let root = Some(crate::auth::AuthInfo::server_itself());
+                match s.propose_as(req, root).await {
+                    Ok(ApplyResult::Err(e)) => {
+                        tracing::warn!(lease = %format!("{id:016x}"), error = %e, "failed to revoke expired lease")
+                    }
                     Ok(_) => {
                         tracing::debug!(lease = %format!("{id:016x}"), "revoked expired lease")
                     }
