@@ -36,14 +36,30 @@ impl HttpResponse {
 /// `GET <path>` on `127.0.0.1:<port>` with `Connection: close`; connect,
 /// read and write are each bounded by `timeout`.
 pub fn http_get(port: u16, path: &str, timeout: Duration) -> Result<HttpResponse> {
+    http_request(port, "GET", path, "", timeout)
+}
+
+/// `POST path` with a JSON `body` (the JSON gateway), same as [`http_get`].
+pub fn http_post(port: u16, path: &str, body: &str, timeout: Duration) -> Result<HttpResponse> {
+    http_request(port, "POST", path, body, timeout)
+}
+
+fn http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> Result<HttpResponse> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut s =
         TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("connect {addr}"))?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
+    let len = body.len();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: retcd-tests\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: retcd-tests\r\nAccept: */*\r\nContent-Type: application/json\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}"
     )?;
     s.flush()?;
     let mut raw = Vec::new();

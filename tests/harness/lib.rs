@@ -31,7 +31,7 @@ pub use binaries::{
 };
 pub use cluster::Cluster;
 pub use etcdctl::{etcdctl, etcdctl35, etcdctl_with_stdin, Output};
-pub use http::{http_get, HttpResponse};
+pub use http::{http_get, http_post, HttpResponse};
 pub use membership::{initial_cluster_for, member_add_when_healthy};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};
 pub use process::Member;

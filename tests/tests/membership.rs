@@ -13,8 +13,8 @@ use std::time::Duration;
 use etcd_client::{Client, GetOptions};
 use retcd_tests::cluster::connect;
 use retcd_tests::{
-    bounded, etcdctl35, grpc_error, initial_cluster_for, member_add_when_healthy, normalize_text,
-    test_flavor, Cluster,
+    bounded, etcdctl35, grpc_error, http_post, initial_cluster_for, member_add_when_healthy,
+    normalize_text, test_flavor, Cluster,
 };
 
 const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
@@ -362,6 +362,40 @@ async fn test_learner_rejects_all_but_status_and_serializable_range() {
             .await;
         let e = h.expect_err("grpc health check on a learner");
         assert_eq!((e.code(), e.message()), NOT, "grpc health check");
+        // The JSON gateway follows the same rule (503, grpc-gateway's
+        // status for Unavailable).
+        let port = c.members[i].client_port;
+        let gw = |path: &str, body: &str| {
+            let r = http_post(port, path, body, Duration::from_secs(10)).expect("gateway");
+            let v: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+            (
+                r.status,
+                v["error"].as_str().unwrap_or_default().to_string(),
+            )
+        };
+        let refused = (503, NOT.1.to_string());
+        assert_eq!(
+            gw("/v3/kv/put", r#"{"key":"eA==","value":"eQ=="}"#),
+            refused,
+            "gateway put"
+        );
+        assert_eq!(
+            gw("/v3/cluster/member/list", "{}"),
+            refused,
+            "gateway member list"
+        );
+        assert_eq!(gw("/v3/maintenance/status", "{}").0, 200, "gateway status");
+        let serializable = r#"{"key":"Zm9v","serializable":true}"#;
+        assert_eq!(
+            gw("/v3/kv/range", serializable).0,
+            200,
+            "gateway serializable range"
+        );
+        assert_eq!(
+            gw("/v3/kv/range", r#"{"key":"Zm9v"}"#),
+            refused,
+            "gateway range"
+        );
 
         // the voter is not affected
         cl.get("foo", None)

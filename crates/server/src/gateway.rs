@@ -41,6 +41,9 @@ use std::future::Future;
 use std::sync::Arc;
 use tonic::{Code, Status};
 
+/// What a learner serves (Range checks `serializable` itself).
+const LEARNER_PATHS: &[&str] = &["/maintenance/status", "/kv/range"];
+
 /// The services, shared by every gateway route.
 struct Services {
     kv: kv::KvService,
@@ -199,7 +202,15 @@ macro_rules! routes {
                     &format!("{prefix}{}", $path),
                     post(move |headers: HeaderMap, body: Bytes| {
                         let s = s.clone();
-                        async move { unary(headers, body, |r| async move { s.$field.$method(r).await }).await }
+                        async move {
+                            // etcd's learner rule, as for gRPC (streams get
+                            // it from `grpc::learner_guard` on the way in).
+                            if !LEARNER_PATHS.contains(&$path) && s.kv.server.is_learner() {
+                                let e = crate::error::ServerError::NotSupportedForLearner;
+                                return error(&e.into());
+                            }
+                            unary(headers, body, |r| async move { s.$field.$method(r).await }).await
+                        }
                     }),
                 );
             }
