@@ -35,7 +35,7 @@ pub use http::{http_get, http_post, HttpResponse};
 pub use membership::{initial_cluster_for, member_add_when_healthy};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};
 pub use process::Member;
-pub use transcript::assert_same_lines;
+pub use transcript::{assert_same_lines, same_as_etcd};
 
 use std::future::Future;
 use std::time::{Duration, Instant};

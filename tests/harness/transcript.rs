@@ -1,6 +1,25 @@
 //! Comparing transcripts: the observable outcomes of one scenario, one line
 //! each, on the reference etcd and on the flavour under test.
 
+use crate::{bounded, test_flavor, Flavor};
+use std::future::Future;
+use std::time::Duration;
+
+/// Runs `scenario` on the reference etcd, then on the flavour under test
+/// (`test_flavor`), within `limit`, and hands both outcomes to `compare`.
+pub async fn same_as_etcd<T, F, Fut>(limit: Duration, scenario: F, compare: impl FnOnce(&T, &T))
+where
+    F: Fn(Flavor) -> Fut,
+    Fut: Future<Output = T>,
+{
+    bounded(limit, async {
+        let want = scenario(Flavor::Etcd).await;
+        let got = scenario(test_flavor()).await;
+        compare(&want, &got);
+    })
+    .await
+}
+
 /// Prints the reference's lines, then asserts that the reference met its
 /// own expectations (`want_violations`: the scenario itself is sound), that
 /// the target met them (`got_violations`) and that both transcripts are

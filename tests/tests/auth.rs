@@ -22,8 +22,8 @@ use etcd_client::{
 };
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::{
-    assert_same_lines, bounded, etcdctl, etcdctl35, etcdctl_with_stdin, grpc_error, test_flavor,
-    Cluster, Flavor,
+    assert_same_lines, etcdctl, etcdctl35, etcdctl_with_stdin, grpc_error, same_as_etcd, Cluster,
+    Flavor,
 };
 
 const LIMIT: Duration = Duration::from_secs(240);
@@ -169,18 +169,6 @@ fn compare(want: &Transcript, got: &Transcript) {
     );
 }
 
-/// Runs `scenario` on the reference etcd, then on the target; compares.
-macro_rules! same_as_etcd {
-    ($scenario:ident) => {
-        bounded(LIMIT, async {
-            let want = $scenario(Flavor::Etcd).await;
-            let got = $scenario(test_flavor()).await;
-            compare(&want, &got);
-        })
-        .await
-    };
-}
-
 /// A fresh 1-node cluster of `flavor`, `script` run on it.
 async fn script_scenario(flavor: Flavor, script: &str) -> Transcript {
     let c = Cluster::start(flavor, 1, &[]).await.expect("start");
@@ -240,7 +228,7 @@ async fn user_role_scenario(flavor: Flavor) -> Transcript {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_user_role_management_same_as_etcd() {
-    same_as_etcd!(user_role_scenario);
+    same_as_etcd(LIMIT, user_role_scenario, compare).await;
 }
 
 /// `auth enable`, then what root, bob (role r1: read foo, readwrite dir/*)
@@ -317,7 +305,7 @@ async fn enable_scenario(flavor: Flavor) -> Transcript {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_auth_enable_and_permissions_same_as_etcd() {
-    same_as_etcd!(enable_scenario);
+    same_as_etcd(LIMIT, enable_scenario, compare).await;
 }
 
 /// An etcd-client of `eps`, as `user` if given (no request timeout when
@@ -531,7 +519,7 @@ async fn client_scenario(flavor: Flavor) -> Transcript {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_client_authenticate_same_as_etcd() {
-    same_as_etcd!(client_scenario);
+    same_as_etcd(LIMIT, client_scenario, compare).await;
 }
 
 /// With auth enabled, an expired lease is revoked by the server itself
@@ -576,5 +564,5 @@ async fn expiry_scenario(flavor: Flavor) -> Transcript {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_expiry_with_auth_enabled_same_as_etcd() {
-    same_as_etcd!(expiry_scenario);
+    same_as_etcd(LIMIT, expiry_scenario, compare).await;
 }

@@ -25,7 +25,7 @@ use retcd_api::etcdserverpb::{
 };
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::ports::free_port;
-use retcd_tests::{assert_same_lines, bounded, etcdctl, test_flavor, Cluster, Flavor};
+use retcd_tests::{assert_same_lines, etcdctl, same_as_etcd, Cluster, Flavor};
 use serde_json::Value;
 use tonic::{Request, Response, Status};
 
@@ -128,18 +128,6 @@ fn compare(want: &Transcript, got: &Transcript) {
         &got.violations,
         got.flavor.name(),
     );
-}
-
-/// Runs `scenario` on the reference etcd, then on the target; compares.
-macro_rules! same_as_etcd {
-    ($scenario:ident) => {
-        bounded(LIMIT, async {
-            let want = $scenario(Flavor::Etcd).await;
-            let got = $scenario(test_flavor()).await;
-            compare(&want, &got);
-        })
-        .await
-    };
 }
 
 /// `msg` with `token` in its metadata.
@@ -247,7 +235,7 @@ async fn three_members(flavor: Flavor) -> Transcript {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_on_three_members_same_as_etcd() {
-    same_as_etcd!(three_members);
+    same_as_etcd(LIMIT, three_members, compare).await;
 }
 
 /// root, bob (role app: readwrite app/*), auth on, app/a written by bob.
@@ -323,7 +311,7 @@ async fn restart_scenario(flavor: Flavor) -> Transcript {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_survives_restart_same_as_etcd() {
-    same_as_etcd!(restart_scenario);
+    same_as_etcd(LIMIT, restart_scenario, compare).await;
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -496,5 +484,5 @@ async fn jwt_scenario(flavor: Flavor) -> Transcript {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jwt_tokens_same_as_etcd() {
-    same_as_etcd!(jwt_scenario);
+    same_as_etcd(LIMIT, jwt_scenario, compare).await;
 }

@@ -204,7 +204,7 @@ macro_rules! routes {
                         let s = s.clone();
                         async move {
                             // etcd's learner rule, as for gRPC (streams get
-                            // it from `grpc::learner_guard` on the way in).
+                            // it from `grpc::client_guard` on the way in).
                             if !LEARNER_PATHS.contains(&$path) && s.kv.server.is_learner() {
                                 let e = crate::error::ServerError::NotSupportedForLearner;
                                 return error(&e.into());

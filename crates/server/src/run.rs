@@ -76,7 +76,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             .into_axum_router()
             .layer(axum::middleware::from_fn_with_state(
                 server.clone(),
-                crate::grpc::learner_guard,
+                crate::grpc::client_guard,
             ))
             .merge(crate::http::router(server.clone()))
             .merge(crate::gateway::router(&server));

@@ -83,8 +83,15 @@ fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
+/// A side's certificate chain and private key, read once.
+struct Keys {
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
 impl Side {
-    fn acceptor(&self, what: &str) -> anyhow::Result<Option<TlsAcceptor>> {
+    /// The side's certificate and key, if it has them (both or neither).
+    fn keys(&self, what: &str) -> anyhow::Result<Option<Keys>> {
         let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
             anyhow::ensure!(
                 self.cert.is_none() && self.key.is_none(),
@@ -92,9 +99,14 @@ impl Side {
             );
             return Ok(None);
         };
-        let certs = read_certs(cert)?;
-        let key = PrivateKeyDer::from_pem_file(key)
-            .with_context(|| format!("cannot read the private key {}", key.display()))?;
+        Ok(Some(Keys {
+            certs: read_certs(cert)?,
+            key: PrivateKeyDer::from_pem_file(key)
+                .with_context(|| format!("cannot read the private key {}", key.display()))?,
+        }))
+    }
+
+    fn acceptor(&self, what: &str, keys: &Keys) -> anyhow::Result<TlsAcceptor> {
         let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()?;
@@ -113,33 +125,27 @@ impl Side {
             builder.with_no_client_auth()
         };
         let mut cfg = builder
-            .with_single_cert(certs, key)
+            .with_single_cert(keys.certs.clone(), keys.key.clone_key())
             .with_context(|| format!("{what}: certificate and key do not match"))?;
         cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Some(TlsAcceptor::from(Arc::new(cfg))))
+        Ok(TlsAcceptor::from(Arc::new(cfg)))
     }
 
     /// A client config that accepts only this side's own certificate and
     /// presents it (for `--client-cert-auth`).
-    fn self_dial(&self) -> anyhow::Result<Option<Arc<tokio_rustls::rustls::ClientConfig>>> {
-        let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
-            return Ok(None);
-        };
-        let certs = read_certs(cert)?;
-        let key = PrivateKeyDer::from_pem_file(key)
-            .with_context(|| format!("cannot read the private key {}", key.display()))?;
+    fn self_dial(keys: &Keys) -> anyhow::Result<Arc<tokio_rustls::rustls::ClientConfig>> {
         let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
         let verifier = Arc::new(PinnedCert {
-            cert: certs[0].clone(),
+            cert: keys.certs[0].clone(),
             provider: provider.clone(),
         });
         let mut cfg = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .dangerous()
             .with_custom_certificate_verifier(verifier)
-            .with_client_auth_cert(certs, key)?;
+            .with_client_auth_cert(keys.certs.clone(), keys.key.clone_key())?;
         cfg.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(Some(Arc::new(cfg)))
+        Ok(Arc::new(cfg))
     }
 
     fn dial(&self) -> anyhow::Result<Option<ClientTlsConfig>> {
@@ -169,16 +175,21 @@ impl Tls {
             ca: cfg.peer_trusted_ca_file.clone(),
             cert_auth: cfg.peer_client_cert_auth,
         };
+        let client_keys = client.keys("client TLS")?;
+        let peer_keys = peer.keys("peer TLS")?;
         Ok(Tls {
-            client_acceptor: client.acceptor("client TLS")?,
-            peer_acceptor: peer.acceptor("peer TLS")?,
-            peer_dial: peer.dial()?,
-            client_dial: client.dial()?,
-            self_dial: client.self_dial()?,
-            own_client_cert: match &client.cert {
-                Some(c) => Some(read_certs(c)?.remove(0)),
+            client_acceptor: match &client_keys {
+                Some(k) => Some(client.acceptor("client TLS", k)?),
                 None => None,
             },
+            peer_acceptor: match &peer_keys {
+                Some(k) => Some(peer.acceptor("peer TLS", k)?),
+                None => None,
+            },
+            peer_dial: peer.dial()?,
+            client_dial: client.dial()?,
+            self_dial: client_keys.as_ref().map(Side::self_dial).transpose()?,
+            own_client_cert: client_keys.map(|k| k.certs[0].clone()),
         })
     }
 
@@ -354,9 +365,29 @@ pub fn incoming(
 }
 
 /// Metadata key under which the client port hands a verified client
-/// certificate's common name to the services (set by `grpc::learner_guard`
+/// certificate's common name to the services (set by `grpc::client_guard`
 /// after removing whatever the client sent under that name).
 pub const CERT_CN_HEADER: &str = "x-retcd-cert-cn";
+
+/// Sets [`CERT_CN_HEADER`] to the verified client certificate's common
+/// name (etcd's AuthInfoFromTLS), never to what the client sent under that
+/// name, unless the client is this member forwarding its caller's.
+pub fn pass_cert_user(req: &mut axum::extract::Request) {
+    let peer = cert_peer(req.extensions());
+    let headers = req.headers_mut();
+    match peer {
+        CertPeer::Own => {}
+        CertPeer::Named(cn) => {
+            headers.remove(CERT_CN_HEADER);
+            if let Ok(v) = axum::http::HeaderValue::from_str(&cn) {
+                headers.insert(CERT_CN_HEADER, v);
+            }
+        }
+        CertPeer::Unnamed => {
+            headers.remove(CERT_CN_HEADER);
+        }
+    }
+}
 
 /// Who a request on the client port came from, by its TLS connection.
 pub enum CertPeer {

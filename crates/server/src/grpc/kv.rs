@@ -55,7 +55,7 @@ impl Kv for KvService {
     ) -> Result<Response<RangeResponse>, Status> {
         let who = self.server.auth_info(request.metadata())?;
         let req = request.into_inner();
-        // The rest of the learner rule is `super::learner_guard`.
+        // The rest of the learner rule is `super::client_guard`.
         if !req.serializable && self.server.is_learner() {
             return Err(ServerError::NotSupportedForLearner.into());
         }

@@ -34,37 +34,23 @@ const GRPC_PACKAGES: &[&str] = &[
     "/grpc.health.v1.",
 ];
 
-/// etcd's learner rule (`v3rpc/interceptor.go`, `isRPCSupportedForLearner`):
-/// a learner answers only `Maintenance/Status` and serializable
-/// `KV/Range`; every other client RPC, unary or stream, fails with
-/// Unavailable "etcdserver: rpc not supported for learner" before its
-/// handler runs. Range passes here and its handler checks `serializable`
-/// (the flag is inside the message). HTTP endpoints (`/health`,
-/// `/metrics`, ...) are not gRPC and are not affected.
-pub async fn learner_guard(
+/// In front of every client gRPC call:
+/// * with `--client-cert-auth`, hands the services the caller's verified
+///   certificate user (`tls::pass_cert_user`);
+/// * etcd's learner rule (`v3rpc/interceptor.go`, `isRPCSupportedForLearner`):
+///   a learner answers only `Maintenance/Status` and serializable
+///   `KV/Range`; every other client RPC, unary or stream, fails with
+///   Unavailable "etcdserver: rpc not supported for learner" before its
+///   handler runs. Range passes here and its handler checks `serializable`
+///   (the flag is inside the message). HTTP endpoints (`/health`,
+///   `/metrics`, the JSON gateway) are not gRPC and are not affected.
+pub async fn client_guard(
     axum::extract::State(server): axum::extract::State<Arc<EtcdServer>>,
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     if server.cfg.client_cert_auth {
-        // The verified client certificate's CN, for auth (etcd's
-        // AuthInfoFromTLS); never what the client sent under that name,
-        // unless the client is this member forwarding its caller's.
-        use crate::tls::CertPeer;
-        let peer = crate::tls::cert_peer(req.extensions());
-        let headers = req.headers_mut();
-        match peer {
-            CertPeer::Own => {}
-            CertPeer::Named(cn) => {
-                headers.remove(crate::tls::CERT_CN_HEADER);
-                if let Ok(v) = axum::http::HeaderValue::from_str(&cn) {
-                    headers.insert(crate::tls::CERT_CN_HEADER, v);
-                }
-            }
-            CertPeer::Unnamed => {
-                headers.remove(crate::tls::CERT_CN_HEADER);
-            }
-        }
+        crate::tls::pass_cert_user(&mut req);
     }
     let path = req.uri().path();
     let grpc = GRPC_PACKAGES.iter().any(|p| path.starts_with(p));
