@@ -39,6 +39,13 @@ if [ "$need_etcd" = 1 ]; then
     done
 fi
 
+# etcd-client (the bench's and the tests' client) builds its protos with a
+# system protoc; retcd itself uses a vendored one.
+if [ -z "${PROTOC:-}" ] && ! command -v protoc >/dev/null; then
+    echo "test.sh: installing protobuf-compiler (protoc, for the etcd-client crate)"
+    apt_install protobuf-compiler
+fi
+
 # The TLS and JWT tests make their certificates and keys with openssl and
 # query /health over TLS with curl.
 for tool in openssl curl; do

@@ -1,27 +1,29 @@
 //! retcd's server: the raft node, the apply path, the gRPC services and the
 //! HTTP endpoints, configured with etcd's flags.
+//!
+//! The modules are layered (a module imports only from its own layer or
+//! below; `docs/design.md` draws it, and `tests/layers.rs` checks it):
+//!
+//! ```text
+//! run                                  process lifecycle
+//! api        grpc/ gateway http peer   what clients and peers talk to
+//! server     EtcdServer                the typed API, bootstrap, background jobs
+//! raft       node storage transport    consensus, the WAL, the Ready loop
+//! apply      applier chain, members    committed entry -> state machine
+//! auth       store, tokens, perms      users, roles, permissions
+//! config error ids log metrics tls failpoints   leaves
+//! ```
 
-pub mod alarm;
+pub mod api;
 pub mod apply;
 pub mod auth;
-pub mod authority_fix;
-pub mod compactor;
 pub mod config;
-pub mod corrupt;
 pub mod error;
-pub mod fp;
-pub mod gateway;
-pub mod grpc;
-pub mod http;
+pub mod failpoints;
 pub mod ids;
 pub mod log;
-pub mod membership;
 pub mod metrics;
-pub mod quota;
-pub mod raft_node;
-pub mod raft_storage;
+pub mod raft;
 pub mod run;
 pub mod server;
-pub mod spin;
 pub mod tls;
-pub mod transport;

@@ -1,10 +1,10 @@
 //! Process lifecycle: bind listeners, start the server, serve until
 //! SIGTERM/SIGINT, then stop in order (clients, raft thread, backend).
 
-use crate::authority_fix::AuthorityFix;
+use crate::api::h2_authority::AuthorityFix;
 use crate::config::{split_urls, url_host_port, Config};
+use crate::ids::Hex;
 use crate::server::EtcdServer;
-use crate::transport::Transport;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -22,20 +22,34 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         cfg.bcrypt_cost = 10;
     }
     let tls = crate::tls::Tls::from_config(&cfg)?;
-    crate::tls::set_dial(tls.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
 
-    // Peer listeners first: peers may dial us as soon as raft starts.
-    let transport = Transport::new();
-    let mut tasks = Vec::new();
+    // Peer listeners first: peers may dial us as soon as raft starts (the
+    // kernel queues their connections until the peer service is served,
+    // right after the server starts).
+    let mut peer_listeners = Vec::new();
     for url in split_urls(&cfg.listen_peer_urls) {
         let addr = url_host_port(&url).map_err(anyhow::Error::msg)?;
         let l = TcpListener::bind(&addr)
             .await
             .with_context(|| format!("cannot listen for peers on {addr}"))?;
-        let svc = transport.service();
-        let mut rx = stop_rx.clone();
         let acceptor = https_acceptor(&url, &tls.peer_acceptor, "--peer-cert-file")?;
+        peer_listeners.push((l, acceptor));
+    }
+
+    // Opening the data dir replays the WAL (and joining asks a peer): a
+    // blocking thread, not a runtime worker.
+    let server = {
+        let (cfg, dialer) = (cfg.clone(), tls.dialer.clone());
+        tokio::task::spawn_blocking(move || EtcdServer::start(cfg, dialer))
+            .await
+            .context("the bootstrap task failed")??
+    };
+
+    let mut tasks = Vec::new();
+    for (l, acceptor) in peer_listeners {
+        let svc = crate::api::peer::service(server.clone());
+        let mut rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let builder = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
@@ -57,31 +71,27 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         }));
     }
 
-    let server = EtcdServer::start(cfg.clone(), transport.clone())?;
-    transport.set_cluster_id(server.cluster_id);
-
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
-
+    let services = crate::api::grpc::client_services(&server);
     for url in split_urls(&cfg.listen_client_urls) {
         let addr = url_host_port(&url).map_err(anyhow::Error::msg)?;
         let l = TcpListener::bind(&addr)
             .await
             .with_context(|| format!("cannot listen for clients on {addr}"))?;
-        let mut routes = crate::grpc::routes(&server);
-        routes = routes.add_service(health_service.clone());
+        let routes = services.routes.clone().add_service(health_service.clone());
         let axum_router = routes
             .into_axum_router()
             .layer(axum::middleware::from_fn_with_state(
                 server.clone(),
-                crate::grpc::client_guard,
+                crate::api::client_guard,
             ))
-            .merge(crate::http::router(server.clone()))
-            .merge(crate::gateway::router(&server));
+            .merge(crate::api::http::router(server.clone()))
+            .merge(crate::api::gateway::router(&server, &services));
         let mut rx = stop_rx.clone();
-        let mut published = server.published.subscribe();
+        let mut published = server.published();
         let acceptor = https_acceptor(&url, &tls.client_acceptor, "--cert-file")?;
         tasks.push(tokio::spawn(async move {
             // As etcd: the port is bound now, clients are served once this
@@ -115,8 +125,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     }
     tracing::info!(
         name = %cfg.name,
-        member = %format!("{:x}", server.member_id),
-        cluster = %format!("{:x}", server.cluster_id),
+        member = %Hex(server.member_id),
+        cluster = %Hex(server.cluster_id),
         "ready to serve"
     );
 

@@ -1,0 +1,180 @@
+//! The ONE place errors become `tonic::Status`, with etcd's exact codes and
+//! messages (etcd's `rpctypes` table and `togRPCError`).
+
+use crate::auth::AuthError;
+use crate::error::ServerError;
+use retcd_lease::LeaseError;
+use retcd_mvcc::MvccError;
+use tonic::{Code, Status};
+
+/// etcd's code for an error.
+fn code(err: &ServerError) -> Code {
+    use ServerError as E;
+    match err {
+        E::Mvcc(m) => match m {
+            MvccError::Compacted | MvccError::FutureRev => Code::OutOfRange,
+            MvccError::LeaseNotFound => Code::NotFound,
+            MvccError::KeyNotFound | MvccError::ValueProvided | MvccError::LeaseProvided => {
+                Code::InvalidArgument
+            }
+            _ => Code::Unknown,
+        },
+        E::Lease(l) => match l {
+            LeaseError::NotFound => Code::NotFound,
+            LeaseError::Exists => Code::FailedPrecondition,
+            LeaseError::TtlTooLarge => Code::OutOfRange,
+            LeaseError::NotPrimary | LeaseError::Expired | LeaseError::Backend(_) => Code::Unknown,
+        },
+        E::Auth(a) => auth_code(a),
+        // etcd returns these unconverted: clients see Unknown.
+        E::AuthRaw(_) => Code::Unknown,
+        E::EmptyKey
+        | E::ValueProvided
+        | E::LeaseProvided
+        | E::TooManyOps
+        | E::DuplicateKey
+        | E::RequestTooLarge
+        | E::UnknownAlarmAction
+        | E::UnknownDowngradeAction
+        | E::BadRequestBody(_) => Code::InvalidArgument,
+        E::NoLeader | E::LeaderChanged | E::Stopped | E::Timeout => Code::Unavailable,
+        E::NoSpace => Code::ResourceExhausted,
+        E::Corrupt => Code::DataLoss,
+        E::InvalidDowngradeTargetVersion | E::WrongDowngradeVersionFormat => Code::InvalidArgument,
+        E::NoInflightDowngrade | E::DowngradeUnsupported => Code::FailedPrecondition,
+        E::MemberExist
+        | E::PeerUrlExist
+        | E::MemberNotLearner
+        | E::LearnerNotReady
+        | E::TooManyLearners
+        | E::NotLeader
+        | E::BadLeaderTransferee
+        | E::RemovedMember => Code::FailedPrecondition,
+        E::MemberBadUrls => Code::InvalidArgument,
+        E::MemberNotFound => Code::NotFound,
+        E::Unhealthy | E::NotSupportedForLearner => Code::Unavailable,
+        E::Remote { code, .. } => *code,
+        // etcd maps "not enough started members" to its client-side error
+        // type, not a status, so it reaches clients as Unknown; a leader
+        // transfer timeout has no mapping at all. The election service's
+        // errors and its inner client's are plain Go errors (Unknown).
+        E::MemberNotEnoughStarted
+        | E::LeaderTransferTimeout
+        | E::ElectionNotLeader
+        | E::ElectionNoLeader
+        | E::ElectionMissingLeaderKey
+        | E::InnerClient(_)
+        | E::Internal { .. } => Code::Unknown,
+    }
+}
+
+fn auth_code(a: &AuthError) -> Code {
+    use AuthError as A;
+    match a {
+        A::UserEmpty | A::RoleEmpty | A::AuthFailed | A::InvalidAuthMgmt | A::AuthOldRevision => {
+            Code::InvalidArgument
+        }
+        A::PermissionDenied => Code::PermissionDenied,
+        A::InvalidAuthToken => Code::Unauthenticated,
+        A::NoPasswordUser | A::VerifyOnly | A::Backend(_) => Code::Unknown,
+        A::RootUserNotExist
+        | A::RootRoleNotExist
+        | A::UserAlreadyExist
+        | A::UserNotFound
+        | A::RoleAlreadyExist
+        | A::RoleNotFound
+        | A::RoleNotGranted
+        | A::PermissionNotGranted
+        | A::AuthNotEnabled => Code::FailedPrecondition,
+    }
+}
+
+pub fn to_status(err: ServerError) -> Status {
+    use ServerError as E;
+    let msg = match &err {
+        // etcd prefixes mvcc's own errors with "etcdserver: " on the wire.
+        E::Mvcc(m @ (MvccError::Compacted | MvccError::FutureRev)) => format!("etcdserver: {m}"),
+        // etcd's rpctypes texts for the lessor's errors.
+        E::Lease(LeaseError::NotFound) => "etcdserver: requested lease not found".into(),
+        E::Lease(LeaseError::Exists) => "etcdserver: lease already exists".into(),
+        E::Lease(LeaseError::TtlTooLarge) => "etcdserver: too large lease TTL".into(),
+        other => other.to_string(),
+    };
+    Status::new(code(&err), msg)
+}
+
+impl From<ServerError> for Status {
+    fn from(e: ServerError) -> Status {
+        to_status(e)
+    }
+}
+
+/// What the peer service answers a forwarded lease request with: the
+/// forwarding member tells a missing lease (NotFound) from a callee that
+/// is no longer the primary lessor (FailedPrecondition: ask the new
+/// leader) and an expired lease (Unavailable: ask again).
+pub fn to_peer_lease_status(e: LeaseError) -> Status {
+    let code = match e {
+        LeaseError::NotFound => Code::NotFound,
+        LeaseError::NotPrimary => Code::FailedPrecondition,
+        LeaseError::Expired => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    Status::new(code, e.to_string())
+}
+
+/// A gRPC path no service here has (tonic's generated answer: code
+/// Unimplemented, no message).
+pub fn unimplemented(_path: &str) -> Status {
+    Status::new(Code::Unimplemented, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_compacted_maps_to_etcd_text() {
+        let s = to_status(ServerError::Mvcc(MvccError::Compacted));
+        assert_eq!(s.code(), Code::OutOfRange);
+        assert_eq!(
+            s.message(),
+            "etcdserver: mvcc: required revision has been compacted"
+        );
+        let s = to_status(ServerError::Mvcc(MvccError::LeaseNotFound));
+        assert_eq!(s.code(), Code::NotFound);
+        assert_eq!(s.message(), "etcdserver: requested lease not found");
+        let s = to_status(ServerError::Lease(LeaseError::NotFound));
+        assert_eq!(s.code(), Code::NotFound);
+        assert_eq!(s.message(), "etcdserver: requested lease not found");
+        let s = to_status(ServerError::Lease(LeaseError::Exists));
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(s.message(), "etcdserver: lease already exists");
+        let s = to_status(ServerError::Lease(LeaseError::TtlTooLarge));
+        assert_eq!(s.code(), Code::OutOfRange);
+        assert_eq!(s.message(), "etcdserver: too large lease TTL");
+        let s = to_status(ServerError::RequestTooLarge);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "etcdserver: request is too large");
+    }
+
+    #[test]
+    fn test_raw_auth_errors_and_internal_causes() {
+        let s = to_status(ServerError::AuthRaw(AuthError::PermissionDenied));
+        assert_eq!(s.code(), Code::Unknown);
+        assert_eq!(s.message(), "auth: permission denied");
+        let s = to_status(ServerError::Auth(AuthError::PermissionDenied));
+        assert_eq!(s.code(), Code::PermissionDenied);
+        assert_eq!(s.message(), "etcdserver: permission denied");
+        let e = ServerError::internal_from("retcd: task failed", std::io::Error::other("boom"));
+        assert!(std::error::Error::source(&e).is_some(), "the cause is kept");
+        let s = to_status(e);
+        assert_eq!(s.code(), Code::Unknown);
+        assert_eq!(s.message(), "retcd: task failed: boom");
+        let s = to_status(ServerError::ElectionNotLeader);
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::Unknown, "election: not leader")
+        );
+    }
+}

@@ -1,0 +1,57 @@
+//! etcdserverpb.KV: Range, Put, DeleteRange, Txn, Compact.
+
+use crate::api::caller;
+use crate::server::EtcdServer;
+use retcd_api::etcdserverpb::kv_server::Kv;
+use retcd_api::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+};
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+pub struct KvService {
+    pub server: Arc<EtcdServer>,
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<RangeResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
+        let resp = self.server.range(request.into_inner(), who).await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
+        let resp = self.server.put(request.into_inner(), who).await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn delete_range(
+        &self,
+        request: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
+        let resp = self.server.delete_range(request.into_inner(), who).await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
+        let resp = self.server.txn(request.into_inner(), who).await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn compact(
+        &self,
+        request: Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
+        let resp = self.server.compact(request.into_inner(), who).await?;
+        Ok(Response::new(resp))
+    }
+}

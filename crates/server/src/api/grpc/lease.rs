@@ -1,0 +1,94 @@
+//! etcdserverpb.Lease: LeaseGrant, LeaseRevoke, LeaseKeepAlive,
+//! LeaseTimeToLive, LeaseLeases (the lease logic is `server::lease`).
+
+use crate::api::caller;
+use crate::error::ServerError;
+use crate::server::EtcdServer;
+use retcd_api::etcdserverpb::lease_server::Lease;
+use retcd_api::etcdserverpb::{
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+};
+use retcd_lease::LeaseError;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+pub struct LeaseService {
+    pub server: Arc<EtcdServer>,
+}
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    async fn lease_grant(
+        &self,
+        request: Request<LeaseGrantRequest>,
+    ) -> Result<Response<LeaseGrantResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
+        let resp = self.server.lease_grant(request.into_inner(), who).await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_revoke(
+        &self,
+        request: Request<LeaseRevokeRequest>,
+    ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
+        let resp = self.server.lease_revoke(request.into_inner(), who).await?;
+        Ok(Response::new(resp))
+    }
+
+    /// Many leases on one stream, answered in order: {ID, TTL} with the
+    /// granted TTL after the renew; an unknown (or revoked) lease answers
+    /// TTL 0 and the stream goes on; any other error ends the stream.
+    async fn lease_keep_alive(
+        &self,
+        request: Request<Streaming<LeaseKeepAliveRequest>>,
+    ) -> Result<Response<tonic::codegen::BoxStream<LeaseKeepAliveResponse>>, Status> {
+        let mut input = request.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let server = self.server.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(req)) = input.next().await {
+                // Header taken before the renew, as etcd: its revision is at
+                // most the one at which the keepalive happened.
+                let header = server.current_header();
+                let ttl = match server.lease_renew(req.id).await {
+                    Ok(ttl) => ttl,
+                    Err(ServerError::Lease(LeaseError::NotFound)) => 0,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+                let resp = LeaseKeepAliveResponse {
+                    header,
+                    id: req.id,
+                    ttl,
+                };
+                if tx.send(Ok(resp)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        request: Request<LeaseTimeToLiveRequest>,
+    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        let resp = self.server.lease_time_to_live(request.into_inner()).await?;
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_leases(
+        &self,
+        _request: Request<LeaseLeasesRequest>,
+    ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        Ok(Response::new(self.server.lease_leases()))
+    }
+}

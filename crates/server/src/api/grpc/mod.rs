@@ -1,0 +1,97 @@
+//! The client gRPC services, one file per service, thin over the server's
+//! typed API: convert, call, answer. The lock and election services are
+//! clients of the others, in process (`concurrency`), as etcd's are.
+
+pub mod auth;
+pub mod cluster;
+pub mod concurrency;
+pub mod election;
+pub mod kv;
+pub mod lease;
+pub mod lock;
+pub mod maintenance;
+pub mod watch;
+pub mod watch_server;
+
+use crate::config::GRPC_OVERHEAD_BYTES;
+use crate::server::EtcdServer;
+use retcd_api::etcdserverpb::{
+    auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
+    lease_server::LeaseServer, maintenance_server::MaintenanceServer,
+};
+use retcd_api::v3electionpb::election_server::ElectionServer;
+use retcd_api::v3lockpb::lock_server::LockServer;
+use std::sync::Arc;
+use tonic::service::Routes;
+
+/// Every client-facing gRPC service, sized like etcd's: a request up to
+/// `--max-request-bytes` + 512 KiB reaches the server's own check.
+pub struct ClientServices {
+    /// All of them, for the client port (and in-process callers such as
+    /// the gateway's streams).
+    pub routes: Routes,
+    /// The lock and election services, for the gateway's unary routes.
+    pub lock: lock::LockService,
+    pub election: election::ElectionService,
+}
+
+pub fn client_services(server: &Arc<EtcdServer>) -> ClientServices {
+    let recv = server.cfg.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
+    let send = usize::MAX >> 1;
+    // What the lock and election services call, in process.
+    let mut core = Routes::builder();
+    core.add_service(
+        KvServer::new(kv::KvService {
+            server: server.clone(),
+        })
+        .max_decoding_message_size(recv)
+        .max_encoding_message_size(send),
+    );
+    core.add_service(watch_server::WatchServer::new(
+        watch::WatchService {
+            server: server.clone(),
+        },
+        recv,
+        send,
+    ));
+    core.add_service(
+        LeaseServer::new(lease::LeaseService {
+            server: server.clone(),
+        })
+        .max_decoding_message_size(recv),
+    );
+    let core = core.routes();
+    let lock = lock::LockService {
+        v3: concurrency::InProcess::new(core.clone()),
+    };
+    let election = election::ElectionService {
+        v3: concurrency::InProcess::new(core.clone()),
+    };
+    let routes = core
+        .add_service(
+            MaintenanceServer::new(maintenance::MaintenanceService {
+                server: server.clone(),
+            })
+            .max_decoding_message_size(recv)
+            .max_encoding_message_size(send),
+        )
+        .add_service(
+            ClusterServer::new(cluster::ClusterService {
+                server: server.clone(),
+            })
+            .max_decoding_message_size(recv),
+        )
+        .add_service(
+            AuthServer::new(auth::AuthService {
+                server: server.clone(),
+            })
+            .max_decoding_message_size(recv),
+        )
+        .add_service(LockServer::new(lock.clone()).max_decoding_message_size(recv))
+        .add_service(ElectionServer::new(election.clone()).max_decoding_message_size(recv));
+    ClientServices {
+        routes,
+        lock,
+        election,
+    }
+}

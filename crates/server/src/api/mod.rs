@@ -1,0 +1,85 @@
+//! What clients and peers talk to: the eight gRPC services (`grpc/`), the
+//! JSON gateway, the HTTP endpoints (`/health`, `/metrics`, ...), the peer
+//! service, and the two things in front of the client port: the etcdctl
+//! 3.4 `:authority` repair (`h2_authority`) and the guard below. Every
+//! error becomes a gRPC status in `error_map`, and only there.
+
+pub mod error_map;
+pub mod gateway;
+pub mod grpc;
+pub mod h2_authority;
+pub mod http;
+pub mod peer;
+
+use crate::auth::cert::CERT_CN_HEADER;
+use crate::auth::AuthInfo;
+use crate::error::ServerError;
+use crate::server::EtcdServer;
+use std::sync::Arc;
+
+/// gRPC services of the client port (etcd registers them all, health
+/// included, on the one gRPC server its interceptors guard).
+const GRPC_PACKAGES: &[&str] = &[
+    "/etcdserverpb.",
+    "/v3lockpb.",
+    "/v3electionpb.",
+    "/grpc.health.v1.",
+];
+
+/// In front of every client gRPC call:
+/// * with `--client-cert-auth`, hands the services the caller's verified
+///   certificate user (`auth::cert::pass_cert_user`);
+/// * etcd's learner rule (`v3rpc/interceptor.go`, `isRPCSupportedForLearner`):
+///   a learner answers only `Maintenance/Status` and serializable
+///   `KV/Range`; every other client RPC, unary or stream, fails with
+///   Unavailable "etcdserver: rpc not supported for learner" before its
+///   handler runs. Range passes here and the server checks `serializable`
+///   (the flag is inside the message). HTTP endpoints (`/health`,
+///   `/metrics`) are not gRPC and are not affected; the JSON gateway
+///   applies the same rule itself.
+pub async fn client_guard(
+    axum::extract::State(server): axum::extract::State<Arc<EtcdServer>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if server.cfg.client_cert_auth {
+        crate::auth::cert::pass_cert_user(&mut req);
+    }
+    let path = req.uri().path();
+    let grpc = GRPC_PACKAGES.iter().any(|p| path.starts_with(p));
+    let allowed = matches!(
+        path,
+        "/etcdserverpb.Maintenance/Status" | "/etcdserverpb.KV/Range"
+    );
+    if grpc && !allowed && server.is_learner() {
+        let status = error_map::to_status(ServerError::NotSupportedForLearner);
+        return status.into_http::<axum::body::Body>();
+    }
+    next.run(req).await
+}
+
+/// Who sent a gRPC request (etcd's `AuthInfoFromCtx`): the user its
+/// `token` (or `authorization`) metadata names, None without one (a token
+/// is checked even while auth is disabled: a stale one is refused, as
+/// etcd 3.4 does). With
+/// `--client-cert-auth` and no token, the verified client certificate's
+/// common name (etcd's `AuthInfoFromTLS`), as the client port's guard
+/// passed it on.
+pub fn caller(
+    server: &EtcdServer,
+    md: &tonic::metadata::MetadataMap,
+) -> Result<Option<AuthInfo>, ServerError> {
+    let token = md
+        .get("token")
+        .or_else(|| md.get("authorization"))
+        .map(|v| v.to_str().unwrap_or_default());
+    if token.is_none() && server.cfg.client_cert_auth {
+        if let Some(cn) = md.get(CERT_CN_HEADER) {
+            return Ok(Some(AuthInfo {
+                username: cn.to_str().unwrap_or_default().to_string(),
+                revision: server.auth().revision(),
+            }));
+        }
+    }
+    Ok(server.auth().info_from_token(token)?)
+}

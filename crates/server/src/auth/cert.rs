@@ -1,0 +1,64 @@
+//! Who a client certificate names (etcd's `AuthInfoFromTLS`): with
+//! `--client-cert-auth`, a request that carries no token acts as the
+//! common name of its connection's verified client certificate.
+//!
+//! The client port's guard (`api::client_guard`) sets [`CERT_CN_HEADER`]
+//! from the connection's certificate and removes whatever a client sent
+//! under that name, so the header the services read is always the one the
+//! TLS handshake verified. The lock and election services call the other
+//! services in process (not through the port) and pass their caller's
+//! header on unchanged.
+
+/// Metadata key under which the client port hands a verified client
+/// certificate's common name to the services.
+pub const CERT_CN_HEADER: &str = "x-retcd-cert-cn";
+
+/// Sets [`CERT_CN_HEADER`] to the common name of the verified client
+/// certificate of the connection `req` came on, never to what the client
+/// sent under that name.
+pub fn pass_cert_user(req: &mut axum::extract::Request) {
+    let cn = cert_user(req.extensions());
+    let headers = req.headers_mut();
+    headers.remove(CERT_CN_HEADER);
+    if let Some(v) = cn.and_then(|cn| axum::http::HeaderValue::from_str(&cn).ok()) {
+        headers.insert(CERT_CN_HEADER, v);
+    }
+}
+
+/// The common name of the verified client certificate of the connection a
+/// request came on, from its connect info (None: no certificate, or one
+/// without a common name).
+fn cert_user(ext: &axum::http::Extensions) -> Option<String> {
+    type Info = tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>;
+    let certs = ext.get::<Info>()?.peer_certs()?;
+    common_name(certs.first()?.as_ref())
+}
+
+/// The subject's common name of an X.509 certificate in DER (the last one
+/// if there are several, as Go's `pkix.Name.CommonName`).
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().last()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_common_name_of_subject_not_issuer() {
+        // subject "O=org, CN=bob", issued by a CA whose CN is "the-ca"
+        // (made with openssl req/x509 -req); a truncated certificate is
+        // refused cleanly
+        let pem = include_str!("testdata/bob.pem");
+        let der =
+            <rustls_pki_types::CertificateDer as rustls_pki_types::pem::PemObject>::from_pem_slice(
+                pem.as_bytes(),
+            )
+            .unwrap();
+        assert_eq!(common_name(der.as_ref()).as_deref(), Some("bob"));
+        assert_eq!(common_name(&der.as_ref()[..der.as_ref().len() / 2]), None);
+        assert_eq!(common_name(&[0x30, 0x81]), None);
+    }
+}

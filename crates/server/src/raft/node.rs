@@ -1,0 +1,655 @@
+//! The raft thread: owns `raft::RawNode`, the WAL and the apply path.
+//!
+//! One dedicated OS thread (never a tokio worker: it fsyncs). Each loop turn:
+//! 1. wait for inputs (proposals, peer messages, read requests) or the next
+//!    tick, then drain every input already queued — proposals that arrive
+//!    while the previous fsync ran ride in this turn's Ready (group commit);
+//! 2. issue ONE ReadIndex for all linearizable reads that arrived since the
+//!    last one (`read_index`);
+//! 3. handle the Ready: send messages, apply a snapshot, append entries and
+//!    the hard state to the WAL with ONE fdatasync, send persisted messages,
+//!    apply committed entries in one MVCC batch (one backend commit), answer
+//!    the waiting proposers and reads, `advance`.
+//!
+//! Applying happens on this thread too (through `apply::Applier`): the
+//! MVCC write batch is committed non-durably after each Ready (readers see
+//! it at once) and durably every `--backend-batch-interval` or
+//! `--backend-batch-limit` applied entries. The consistent index rides in
+//! the same commit, so a restart skips entries already applied and
+//! re-applies the rest from the WAL.
+
+use super::lone_wait::Contention;
+use super::read_index::Reads;
+use super::storage::RaftStorage;
+use super::transport::Transport;
+use super::{RaftInput, RaftReceiver, RaftStatus, Wait};
+use crate::apply::membership::{self, Change};
+use crate::apply::{Applier, ApplyResult};
+use crate::error::{fatal, ServerError};
+use crate::failpoints as fp;
+use crate::ids::Hex;
+use crate::metrics::Metrics;
+use prost::Message as _;
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Snapshot};
+use raft::{RawNode, SnapshotStatus, StateRole};
+use retcd_api::etcdserverpb::AlarmType;
+use retcd_api::retcdpb::InternalRaftRequest;
+use retcd_storage::wal::{Wal, WalEntry, WalSnapshot};
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// The raft thread's settings (from the flags).
+pub struct RaftNodeConfig {
+    pub tick: Duration,
+    pub snapshot_count: u64,
+    pub catchup_entries: u64,
+    pub batch_interval: Duration,
+    pub batch_limit: u64,
+    /// `--max-learners`, checked when a learner is added.
+    pub max_learners: usize,
+}
+
+/// What the raft thread works with; moved onto its thread by [`RaftNode::run`].
+pub struct RaftNode {
+    pub raw: RawNode<RaftStorage>,
+    pub storage: RaftStorage,
+    pub wal: Wal,
+    /// The state machine committed entries are applied to.
+    pub applier: Arc<Applier>,
+    pub wait: Arc<Wait>,
+    /// Published after every turn.
+    pub status: Arc<RaftStatus>,
+    /// Requests waiting for this thread (the lone-request wait policy).
+    pub contention: Arc<Contention>,
+    pub metrics: Arc<Metrics>,
+    pub transport: Transport,
+    pub rx: RaftReceiver,
+    pub cfg: RaftNodeConfig,
+    /// Index of the last snapshot record saved in the WAL.
+    pub snapshot_index: u64,
+}
+
+/// The loop's own state, beside the node's parts.
+#[derive(Default)]
+struct Turn {
+    reads: Reads,
+    /// Conf changes held back while the leader still has one pending
+    /// (raft-rs would silently turn them into empty entries): (request id,
+    /// change, first tried).
+    deferred: Vec<(u64, ConfChange, Instant)>,
+    /// Set when this member learnt it was removed; it exits a little later
+    /// (etcd waits so the commit reaches the other members).
+    removed_at: Option<Instant>,
+    /// An entry was applied over this member's quota: NOSPACE is to be
+    /// raised for this member (proposed after the Ready), and when it last
+    /// was.
+    nospace_due: bool,
+    nospace_proposed: Option<Instant>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// A removed member exits this long after it learnt of its removal (etcd
+/// waits so the change reaches the other members first).
+const REMOVED_EXIT_DELAY: Duration = Duration::from_secs(1);
+
+/// Applied entries kept in memory beyond `catchup_entries` before the log is
+/// trimmed between snapshots (trimming in steps, not on every apply).
+const MEMORY_LOG_SLACK: u64 = 5_000;
+
+impl RaftNode {
+    pub fn run(mut self) {
+        let mut turn = Turn::default();
+        let mut next_tick = Instant::now() + self.cfg.tick;
+        let mut last_durable = Instant::now();
+        let mut undurable_ops: u64 = 0;
+        let mut leader = 0u64;
+        // Whether the lessor is primary (see the promote below).
+        let mut lessor_primary = false;
+        // Whether the last turn had input: then the next one is likely
+        // close behind, and `recv_input` spins for it first.
+        let mut busy = false;
+        loop {
+            let timeout = next_tick.saturating_duration_since(Instant::now());
+            match self.recv_input(timeout, busy) {
+                Ok(input) => {
+                    busy = true;
+                    self.handle_input(input, &mut turn);
+                    while let Ok(input) = self.rx.0.try_recv() {
+                        self.handle_input(input, &mut turn);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => busy = false,
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if Instant::now() >= next_tick {
+                self.raw.tick();
+                next_tick = Instant::now() + self.cfg.tick;
+                if undurable_ops > 0 && last_durable.elapsed() >= self.cfg.batch_interval {
+                    self.commit_durable();
+                    undurable_ops = 0;
+                    last_durable = Instant::now();
+                }
+            }
+            turn.reads.issue(&mut self.raw);
+            let failed = turn.reads.retry(&mut self.raw);
+            self.metrics.read_indexes_failed.inc_by(failed);
+            self.maybe_raise_nospace(&mut turn);
+            if self.raw.has_ready() {
+                let applied = self.on_ready(&mut turn);
+                undurable_ops += applied;
+                if undurable_ops >= self.cfg.batch_limit
+                    || (undurable_ops > 0 && last_durable.elapsed() >= self.cfg.batch_interval)
+                {
+                    self.commit_durable();
+                    undurable_ops = 0;
+                    last_durable = Instant::now();
+                }
+            }
+            let st = &self.raw.raft;
+            if st.leader_id != leader {
+                if st.leader_id != 0 {
+                    self.metrics.leader_changes.inc();
+                }
+                leader = st.leader_id;
+            }
+            // The lessor is primary once this member leads and has applied
+            // an entry of its own term (etcd promotes on applying the new
+            // leader's empty entry), so revokes of the old term come first;
+            // it extends every lease by an election timeout before any
+            // expires. Losing leadership stops expiry at once.
+            let primary = st.state == StateRole::Leader && self.storage.applied().1 == st.term;
+            if primary != lessor_primary {
+                lessor_primary = primary;
+                if primary {
+                    let extend = self.cfg.tick * st.election_timeout() as u32;
+                    self.applier.lessor.promote(extend);
+                } else {
+                    self.applier.lessor.demote();
+                }
+            }
+            self.publish_status();
+            self.retry_deferred_conf_changes(&mut turn);
+            if turn
+                .removed_at
+                .is_some_and(|t| t.elapsed() >= REMOVED_EXIT_DELAY)
+            {
+                self.commit_durable();
+                let msg = ServerError::RemovedMember.to_string();
+                tracing::warn!("{msg}; exiting");
+                eprintln!("retcd: {msg}");
+                std::process::exit(0);
+            }
+            if let Some(done) = turn.stop.take() {
+                self.commit_durable();
+                let _ = done.send(());
+                break;
+            }
+        }
+    }
+
+    /// The next input, waiting at most `timeout`. After a busy turn, on a
+    /// quiet member, it first spins for up to [`super::lone_wait::RAFT_SPIN`]:
+    /// the next request usually arrives within a client round trip, and
+    /// waking a sleeping thread is most of a lone client's latency besides
+    /// the fsync (see `lone_wait`).
+    fn recv_input(&self, timeout: Duration, busy: bool) -> Result<RaftInput, RecvTimeoutError> {
+        let deadline = Instant::now() + timeout;
+        if busy && self.contention.quiet() {
+            let until = Instant::now() + super::lone_wait::RAFT_SPIN.min(timeout);
+            loop {
+                match self.rx.0.try_recv() {
+                    Ok(input) => return Ok(input),
+                    Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                    Err(TryRecvError::Empty) if Instant::now() >= until => break,
+                    Err(TryRecvError::Empty) => std::hint::spin_loop(),
+                }
+            }
+        }
+        self.rx
+            .0
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    fn handle_input(&mut self, input: RaftInput, turn: &mut Turn) {
+        match input {
+            RaftInput::Propose { id, data } => {
+                if let Err(e) = self.raw.propose(vec![], data) {
+                    self.proposal_failed(id, e);
+                }
+            }
+            RaftInput::Step(m) => {
+                if let Err(e) = self.raw.step(m) {
+                    tracing::debug!(error = %e, "raft step");
+                }
+            }
+            RaftInput::ReadIndex(tx) => turn.reads.push(tx),
+            RaftInput::Unreachable(id) => self.raw.report_unreachable(id),
+            RaftInput::SnapshotReport(id, ok) => self.raw.report_snapshot(
+                id,
+                if ok {
+                    SnapshotStatus::Finish
+                } else {
+                    SnapshotStatus::Failure
+                },
+            ),
+            RaftInput::Stop(tx) => turn.stop = Some(tx),
+            RaftInput::ProposeConfChange { id, cc } => self.propose_conf_change(id, cc, turn),
+            RaftInput::Progress(tx) => {
+                let r = &self.raw.raft;
+                let p = (r.state == StateRole::Leader)
+                    .then(|| r.prs().iter().map(|(id, pr)| (*id, pr.matched)).collect());
+                let _ = tx.send(p);
+            }
+            RaftInput::TransferLeader(id) => self.raw.transfer_leader(id),
+            RaftInput::Removed => {
+                turn.removed_at.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    /// Proposes a conf change, holding it back while this leader still has
+    /// one unapplied (raft-rs would replace it with an empty entry and the
+    /// proposer would only time out).
+    fn propose_conf_change(&mut self, id: u64, cc: ConfChange, turn: &mut Turn) {
+        if self.raw.raft.state == StateRole::Leader && self.raw.raft.has_pending_conf() {
+            turn.deferred.push((id, cc, Instant::now()));
+            return;
+        }
+        if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
+            self.proposal_failed(id, e);
+        }
+    }
+
+    /// Answers the proposer of `id` whose proposal raft refused.
+    fn proposal_failed(&self, id: u64, e: raft::Error) {
+        self.metrics.proposals_failed.inc();
+        let err = match e {
+            raft::Error::ProposalDropped => ServerError::NoLeader,
+            other => ServerError::internal_from("retcd: raft refused the proposal", other),
+        };
+        self.wait.trigger(id, Err(err));
+    }
+
+    fn retry_deferred_conf_changes(&mut self, turn: &mut Turn) {
+        if turn.deferred.is_empty()
+            || (self.raw.raft.state == StateRole::Leader && self.raw.raft.has_pending_conf())
+        {
+            return;
+        }
+        for (id, cc, since) in std::mem::take(&mut turn.deferred) {
+            // Its proposer has given up by then.
+            if since.elapsed() < Duration::from_secs(60) {
+                self.propose_conf_change(id, cc, turn);
+            }
+        }
+    }
+
+    /// Applies a committed membership change: checks it (as etcd's
+    /// `ValidateConfigurationChange`), updates the member list (memory and
+    /// the batch's `members` table), raft's configuration and the
+    /// transport. A rejected change leaves raft's configuration alone.
+    /// (Takes the node's parts, not `self`: the batch borrows the store.)
+    fn apply_member_change(
+        raw: &mut RawNode<RaftStorage>,
+        applier: &Applier,
+        transport: &Transport,
+        max_learners: usize,
+        removed_at: &mut Option<Instant>,
+        batch: &mut retcd_mvcc::WriteBatch<'_>,
+        cc: &ConfChange,
+    ) -> ApplyResult {
+        let members = &applier.members;
+        let change = match membership::apply_conf_change(members, batch, cc, max_learners) {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                tracing::warn!(node = %Hex(cc.node_id), error = %e, "conf change rejected");
+                return ApplyResult::Err(e);
+            }
+            Err(e) => fatal(&format!("failed to save members to the backend: {e}")),
+        };
+        // An update changes only peer URLs: raft's configuration stays.
+        if !matches!(change, Change::Updated(_)) {
+            match raw.apply_conf_change(cc) {
+                Ok(cs) => raw.store().set_conf_state(cs),
+                Err(err) => tracing::warn!(error = %err, "raft refused conf change"),
+            }
+        }
+        let self_id = raw.raft.id;
+        tracing::info!(change = ?change, "applied a configuration change through raft");
+        match change {
+            Change::Added(m) => transport.add_peer(m.id, &m.peer_urls),
+            Change::Removed(id) if id == self_id => {
+                // raft-rs assumes a leader is in its own progress set (its
+                // commit path unwraps it): a removed leader steps down at
+                // once; the others elect a new one (which has the entry).
+                if raw.raft.state == StateRole::Leader {
+                    let term = raw.raft.term;
+                    raw.raft.become_follower(term, raft::INVALID_ID);
+                }
+                removed_at.get_or_insert_with(Instant::now);
+            }
+            Change::Removed(id) => transport.remove_peer(id),
+            Change::Updated(m) if m.id != self_id => transport.update_peer(m.id, &m.peer_urls),
+            Change::Updated(_) | Change::Promoted(_) => {}
+        }
+        ApplyResult::Empty
+    }
+
+    /// Handles one Ready (and the LightReady after it). Returns the number of
+    /// entries applied.
+    fn on_ready(&mut self, turn: &mut Turn) -> u64 {
+        let mut rd = self.raw.ready();
+        if !rd.messages().is_empty() {
+            self.transport.send(rd.take_messages());
+        }
+        if !rd.snapshot().is_empty() {
+            self.apply_snapshot(rd.snapshot().clone());
+        }
+        let entries = rd.take_entries();
+        let hs = rd.hs().cloned();
+        if !entries.is_empty() || hs.is_some() {
+            let wal_entries: Vec<WalEntry> = entries
+                .iter()
+                .map(|e| WalEntry {
+                    index: e.index,
+                    term: e.term,
+                    data: e.write_to_bytes().expect("encode raft entry"),
+                })
+                .collect();
+            let hs_bytes = hs
+                .as_ref()
+                .map(|h| h.write_to_bytes().expect("encode hard state"));
+            // etcd's MustSync (raft-rs computes it): entries, a snapshot,
+            // or a new term or vote must be durable before anything
+            // depends on them; a hard state that only moved the commit
+            // index is written without an fsync (commit is volatile in
+            // raft; restart copes with a stale one)
+            let must_sync = rd.must_sync();
+            let started = Instant::now();
+            fp::point("raft_before_save_wal");
+            if let Err(e) =
+                fp::wal_save(&mut self.wal, hs_bytes.as_deref(), &wal_entries, must_sync)
+            {
+                fatal(&format!("failed to save to the WAL: {e}"));
+            }
+            fp::point("raft_after_save_wal");
+            if must_sync {
+                self.metrics
+                    .wal_fsync
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            self.storage.append(&entries);
+            if let Some(h) = hs {
+                self.storage.set_hard_state(h);
+            }
+        }
+        if !rd.persisted_messages().is_empty() {
+            self.transport.send(rd.take_persisted_messages());
+        }
+        turn.reads.on_read_states(rd.take_read_states());
+        let mut applied = self.apply_entries(rd.take_committed_entries(), turn);
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            self.storage.set_commit(commit);
+        }
+        if !light.messages().is_empty() {
+            self.transport.send(light.take_messages());
+        }
+        applied += self.apply_entries(light.take_committed_entries(), turn);
+        self.raw.advance_apply();
+        turn.reads.answer(self.storage.applied().0);
+        self.maybe_snapshot();
+        applied
+    }
+
+    /// Proposes NOSPACE for this member after an entry was applied over its
+    /// quota (etcd's apply loop does the same), unless a NOSPACE alarm is
+    /// raised already; again at most once a second until it is.
+    fn maybe_raise_nospace(&mut self, turn: &mut Turn) {
+        if !turn.nospace_due {
+            return;
+        }
+        if self.applier.alarms.has(AlarmType::Nospace) {
+            turn.nospace_due = false;
+            turn.nospace_proposed = None;
+            return;
+        }
+        if turn
+            .nospace_proposed
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        let id = self.raw.raft.id;
+        tracing::warn!(member = %Hex(id), "message exceeded backend quota; raising alarm");
+        // (dropped while there is no leader: tried again a second later)
+        let req = crate::apply::quota::nospace_alarm(id);
+        let _ = self.raw.propose(vec![], req.encode_to_vec());
+        turn.nospace_proposed = Some(Instant::now());
+    }
+
+    /// Applies committed entries in one MVCC batch and answers the
+    /// proposers after the batch is committed (visible to readers).
+    fn apply_entries(&mut self, entries: Vec<Entry>, turn: &mut Turn) -> u64 {
+        if entries.is_empty() {
+            return 0;
+        }
+        let applied_before = self.storage.applied().0;
+        let applier = self.applier.clone();
+        let mut batch = match applier.kv.begin_batch() {
+            Ok(b) => b,
+            Err(e) => fatal(&format!("failed to begin a backend batch: {e}")),
+        };
+        // The file does not grow before this batch commits.
+        let size = match applier.quota_bytes {
+            Some(_) => applier.kv.backend().size_cached(),
+            None => 0,
+        };
+        let mut results: Vec<(u64, ApplyResult)> = Vec::new();
+        let mut last = (0, 0);
+        let mut n = 0;
+        for e in entries {
+            if e.index <= applied_before {
+                continue;
+            }
+            n += 1;
+            match e.get_entry_type() {
+                EntryType::EntryNormal if e.data.is_empty() => {}
+                EntryType::EntryNormal => match InternalRaftRequest::decode(&e.data[..]) {
+                    Ok(req) => {
+                        let id = req.id;
+                        let done = applier.apply(&mut batch, req, e.index, size);
+                        turn.nospace_due |= done.over_quota;
+                        results.push((id, done.result));
+                    }
+                    Err(err) => {
+                        tracing::error!(index = e.index, error = %err, "undecodable raft entry skipped")
+                    }
+                },
+                EntryType::EntryConfChange => {
+                    fp::point("raft_before_apply_conf_change");
+                    let mut cc = ConfChange::default();
+                    if cc.merge_from_bytes(&e.data).is_ok() {
+                        let res = Self::apply_member_change(
+                            &mut self.raw,
+                            &applier,
+                            &self.transport,
+                            self.cfg.max_learners,
+                            &mut turn.removed_at,
+                            &mut batch,
+                            &cc,
+                        );
+                        results.push((cc.id, res));
+                    }
+                    fp::point("raft_after_apply_conf_change");
+                }
+                EntryType::EntryConfChangeV2 => {
+                    fp::point("raft_before_apply_conf_change");
+                    let mut cc = ConfChangeV2::default();
+                    if cc.merge_from_bytes(&e.data).is_ok() {
+                        match self.raw.apply_conf_change(&cc) {
+                            Ok(cs) => self.storage.set_conf_state(cs),
+                            Err(err) => tracing::warn!(error = %err, "conf change rejected"),
+                        }
+                    }
+                    fp::point("raft_after_apply_conf_change");
+                }
+            }
+            batch.set_consistent_index(e.index, e.term);
+            last = (e.index, e.term);
+        }
+        if n == 0 {
+            drop(batch);
+            return 0;
+        }
+        let events = batch.take_events();
+        let started = Instant::now();
+        fp::point("raft_before_commit_backend");
+        if let Err(e) = batch.commit(false) {
+            fatal(&format!("failed to commit to the backend: {e}"));
+        }
+        fp::point("raft_after_commit_backend");
+        self.metrics
+            .backend_commit
+            .observe(started.elapsed().as_secs_f64());
+        self.storage.set_applied(last.0, last.1);
+        self.status.set_applied(last.0);
+        applier.after_commit(events);
+        for (id, res) in results {
+            self.wait.trigger(id, Ok(res));
+        }
+        n
+    }
+
+    fn commit_durable(&mut self) {
+        match self.applier.kv.begin_batch() {
+            Ok(b) => {
+                let started = Instant::now();
+                if let Err(e) = b.commit(true) {
+                    fatal(&format!("failed to commit to the backend durably: {e}"));
+                }
+                self.metrics
+                    .backend_commit
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            Err(e) => fatal(&format!("failed to begin a backend batch: {e}")),
+        }
+    }
+
+    /// A follower far behind receives the leader's MVCC store.
+    fn apply_snapshot(&mut self, snap: Snapshot) {
+        let meta = snap.get_metadata().clone();
+        tracing::info!(
+            index = meta.index,
+            term = meta.term,
+            "applying snapshot from leader"
+        );
+        fp::point("raft_before_apply_snapshot");
+        let kv = &self.applier.kv;
+        if let Err(e) = kv.restore_from(&snap.data) {
+            fatal(&format!("failed to restore snapshot: {e}"));
+        }
+        match membership::load(kv.backend()) {
+            Ok(m) if !m.is_empty() => {
+                // A member that joined learns its peers here.
+                for p in &m {
+                    self.transport.add_peer(p.id, &p.peer_urls);
+                }
+                self.applier.members.replace(m);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot load members from the snapshot"),
+        }
+        // restore_from commits durably; only then may the WAL forget
+        // the entries before the snapshot.
+        let payload = meta
+            .get_conf_state()
+            .write_to_bytes()
+            .expect("encode conf state");
+        if let Err(e) = self.wal.save_snapshot(&WalSnapshot {
+            index: meta.index,
+            term: meta.term,
+            payload,
+        }) {
+            fatal(&format!("failed to save snapshot record to the WAL: {e}"));
+        }
+        self.snapshot_index = meta.index;
+        self.status.set_applied(meta.index);
+        self.storage.apply_snapshot_meta(meta);
+        if let Err(e) = self.applier.after_restore() {
+            fatal(&format!("{e:#}"));
+        }
+        fp::point("raft_after_apply_snapshot");
+    }
+
+    /// Every `--snapshot-count` applied entries: make the backend durable,
+    /// record a snapshot in the WAL, drop old WAL segments and compact the
+    /// in-memory log, keeping `catchup_entries` for slow followers.
+    fn maybe_snapshot(&mut self) {
+        let (applied, term) = self.storage.applied();
+        if applied < self.snapshot_index + self.cfg.snapshot_count.max(1) {
+            self.trim_memory_log(applied);
+            return;
+        }
+        self.commit_durable();
+        fp::point("raft_before_save_snapshot");
+        let payload = self
+            .storage
+            .conf_state()
+            .write_to_bytes()
+            .expect("encode conf state");
+        if let Err(e) = self.wal.save_snapshot(&WalSnapshot {
+            index: applied,
+            term,
+            payload,
+        }) {
+            fatal(&format!("failed to save snapshot record to the WAL: {e}"));
+        }
+        self.snapshot_index = applied;
+        fp::point("raft_after_save_snapshot");
+        if let Err(e) = self.wal.release_to(applied) {
+            tracing::warn!(error = %e, "failed to release old WAL segments");
+        }
+        let compact_to = applied.saturating_sub(self.cfg.catchup_entries);
+        if compact_to > self.storage.first_index_now() {
+            self.storage.compact(compact_to);
+        }
+        tracing::info!(
+            index = applied,
+            compact_to,
+            "snapshot saved, raft log compacted"
+        );
+    }
+
+    /// Between snapshots, keeps the in-memory log to at most
+    /// `catchup_entries + MEMORY_LOG_SLACK` applied entries (etcd keeps up
+    /// to `--snapshot-count` of them: 100 000 entries, tens of MiB). Safe at
+    /// any time: the WAL still holds every entry for a restart, and a
+    /// follower further behind than the kept tail gets a snapshot, which is
+    /// a dump of the store at the applied index (never behind the trimmed
+    /// point).
+    fn trim_memory_log(&self, applied: u64) {
+        let first = self.storage.first_index_now();
+        let keep = self.cfg.catchup_entries.max(1);
+        if applied > first + keep + MEMORY_LOG_SLACK {
+            self.storage.compact(applied - keep);
+        }
+    }
+
+    fn publish_status(&self) {
+        let r = &self.raw.raft;
+        self.status.publish(
+            r.term,
+            r.leader_id,
+            r.state == StateRole::Leader,
+            r.raft_log.committed,
+            r.raft_log.last_index(),
+        );
+        self.contention.set_sole_voter(
+            r.prs().conf().voters().is_singleton() && r.prs().conf().voters().contains(r.id),
+        );
+    }
+}

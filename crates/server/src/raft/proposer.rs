@@ -1,0 +1,199 @@
+//! The one handle the rest of the server has on raft: propose and wait,
+//! linearizable read barriers, membership changes, leadership, and the
+//! published raft status. Cheap to clone.
+
+use super::lone_wait::{Contention, Waiting};
+use super::{ProposalResult, RaftInput, RaftSender, RaftStatus, Wait};
+use crate::apply::ApplyResult;
+use crate::error::ServerError;
+use prost::Message as _;
+use raft::eraftpb::ConfChange;
+use retcd_api::retcdpb::InternalRaftRequest;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+
+#[derive(Clone)]
+pub struct Proposer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    member_id: u64,
+    raft: RaftSender,
+    wait: Arc<Wait>,
+    status: Arc<RaftStatus>,
+    contention: Arc<Contention>,
+    next_id: AtomicU64,
+    request_timeout: Duration,
+    max_request_bytes: u64,
+}
+
+impl Proposer {
+    /// A handle on the raft thread fed by `raft`; `wait`, `status` and
+    /// `contention` are shared with that thread.
+    pub fn new(
+        member_id: u64,
+        raft: RaftSender,
+        wait: Arc<Wait>,
+        status: Arc<RaftStatus>,
+        contention: Arc<Contention>,
+        request_timeout: Duration,
+        max_request_bytes: u64,
+    ) -> Proposer {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Proposer {
+            inner: Arc::new(Inner {
+                member_id,
+                raft,
+                wait,
+                status,
+                contention,
+                // etcd's idutil: 16 bits of member id, then a time-seeded
+                // counter.
+                next_id: AtomicU64::new(
+                    ((member_id & 0xffff) << 48) | ((now_ms & 0xff_ffff_ffff) << 8),
+                ),
+                request_timeout,
+                max_request_bytes,
+            }),
+        }
+    }
+
+    pub fn member_id(&self) -> u64 {
+        self.inner.member_id
+    }
+
+    pub fn status(&self) -> &RaftStatus {
+        &self.inner.status
+    }
+
+    /// The leader's id (0: none known).
+    pub fn leader(&self) -> u64 {
+        self.inner.status.leader()
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
+    /// Proposals waiting for their result.
+    pub fn pending(&self) -> usize {
+        self.inner.wait.pending()
+    }
+
+    /// A fresh id from etcd's request id generator (also used for
+    /// server-assigned lease IDs).
+    pub fn next_request_id(&self) -> u64 {
+        self.inner.next_id.fetch_add(1, Ordering::Relaxed) & ((1 << 48) - 1)
+            | ((self.inner.member_id & 0xffff) << 48)
+    }
+
+    /// Proposes `req` through raft and waits until it is committed and
+    /// applied on this member; the result is what the apply produced.
+    pub async fn propose(&self, mut req: InternalRaftRequest) -> ProposalResult {
+        let id = self.next_request_id();
+        req.id = id;
+        let data = req.encode_to_vec();
+        if data.len() as u64 > self.inner.max_request_bytes {
+            return Err(ServerError::RequestTooLarge);
+        }
+        let rx = self.inner.wait.register(id);
+        let lone = self.inner.contention.enter();
+        if let Err(e) = self.inner.raft.send(RaftInput::Propose { id, data }) {
+            self.inner.wait.cancel(id);
+            return Err(e);
+        }
+        self.await_raft(rx, &lone, Some(id)).await
+    }
+
+    /// Waits until this member has applied everything committed before the
+    /// call (ReadIndex). Concurrent callers share one ReadIndex.
+    pub async fn read_index(&self) -> Result<(), ServerError> {
+        let (tx, rx) = oneshot::channel();
+        let lone = self.inner.contention.enter();
+        self.inner.raft.send(RaftInput::ReadIndex(tx))?;
+        self.await_raft(rx, &lone, None).await
+    }
+
+    /// Proposes a membership `ConfChange` and waits until it is applied
+    /// here; a change rejected at apply (unknown member, URL in use, ...)
+    /// returns its error.
+    pub async fn propose_conf_change(&self, mut cc: ConfChange) -> Result<(), ServerError> {
+        let id = self.next_request_id();
+        cc.id = id;
+        let rx = self.inner.wait.register(id);
+        let lone = self.inner.contention.enter();
+        if let Err(e) = self
+            .inner
+            .raft
+            .send(RaftInput::ProposeConfChange { id, cc })
+        {
+            self.inner.wait.cancel(id);
+            return Err(e);
+        }
+        match self.await_raft(rx, &lone, Some(id)).await? {
+            ApplyResult::Err(e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The raft thread's answer on `rx`: spun for while this is a lone
+    /// request (see `lone_wait`), else awaited up to the request timeout.
+    /// On timeout the waiter registered under `waiter` is dropped.
+    async fn await_raft<T>(
+        &self,
+        mut rx: oneshot::Receiver<Result<T, ServerError>>,
+        lone: &Waiting<'_>,
+        waiter: Option<u64>,
+    ) -> Result<T, ServerError> {
+        if let Some(res) = lone.spin(&mut rx) {
+            return res.unwrap_or(Err(ServerError::Stopped));
+        }
+        match tokio::time::timeout(self.inner.request_timeout, rx).await {
+            Ok(Ok(res)) => res,
+            Ok(Err(_)) => Err(ServerError::Stopped),
+            Err(_) => {
+                if let Some(id) = waiter {
+                    self.inner.wait.cancel(id);
+                }
+                Err(self.timed_out())
+            }
+        }
+    }
+
+    /// What a request that timed out answers: no leader, or a timeout.
+    pub fn timed_out(&self) -> ServerError {
+        if self.leader() == 0 {
+            ServerError::NoLeader
+        } else {
+            ServerError::Timeout
+        }
+    }
+
+    /// The leader's view of every member's match index, or `None` when this
+    /// member is not the leader.
+    pub async fn progress(&self) -> Result<Option<Vec<(u64, u64)>>, ServerError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner.raft.send(RaftInput::Progress(tx))?;
+        rx.await.map_err(|_| ServerError::Stopped)
+    }
+
+    /// Asks raft to hand leadership to `transferee` (raft-rs
+    /// `transfer_leader`); the caller watches `leader()` for the outcome.
+    pub fn transfer_leadership(&self, transferee: u64) -> Result<(), ServerError> {
+        self.inner.raft.send(RaftInput::TransferLeader(transferee))
+    }
+
+    /// Stops the raft thread after a durable backend commit.
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.inner.raft.send(RaftInput::Stop(tx)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), rx).await;
+        }
+    }
+}

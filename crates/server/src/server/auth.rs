@@ -1,0 +1,180 @@
+//! The Auth service's flows: changes go through raft (`auth::AuthStore::
+//! apply`); reads (UserGet/List, RoleGet/List, AuthStatus) are answered
+//! from the applied store after a linearizable read barrier, with etcd's
+//! permission rules (admin only, except a user's own record and roles).
+//! bcrypt runs on a blocking thread (cost 10 is tens of milliseconds).
+
+use super::{unexpected, EtcdServer};
+use crate::apply::ApplyResult;
+use crate::auth::{AuthError, AuthInfo};
+use crate::error::ServerError;
+use retcd_api::authpb::{Permission, UserAddOptions};
+use retcd_api::retcdpb::auth_request::Op;
+use retcd_api::retcdpb::internal_raft_request::Request;
+use retcd_api::retcdpb::{AuthAuthenticate, AuthRequest, AuthUserAdd, AuthUserChangePassword};
+
+/// bcrypt on a blocking thread; etcd stores `$2a$` hashes, so do we.
+async fn hash_password(password: String, cost: u32) -> Result<Vec<u8>, ServerError> {
+    tokio::task::spawn_blocking(move || {
+        bcrypt::hash_with_result(password, cost)
+            .map(|h| h.format_for_version(bcrypt::Version::TwoA).into_bytes())
+    })
+    .await
+    .map_err(|e| ServerError::internal_from("retcd: password hashing task failed", e))?
+    .map_err(|e| ServerError::internal_from("failed to hash the password", e))
+}
+
+impl EtcdServer {
+    /// Proposes one auth change on behalf of `who`; the token for an
+    /// Authenticate.
+    pub async fn auth_change(
+        &self,
+        op: Op,
+        who: Option<AuthInfo>,
+    ) -> Result<Option<String>, ServerError> {
+        let req = Request::Auth(AuthRequest { op: Some(op) });
+        match self.propose_as(req, who).await? {
+            ApplyResult::Auth(token) => Ok(token),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `who`, after a linearizable read barrier (reads of the auth store
+    /// see every change applied before the call).
+    async fn auth_reader(&self, who: Option<AuthInfo>) -> Result<Option<AuthInfo>, ServerError> {
+        self.linearizable_read_notify().await?;
+        Ok(who)
+    }
+
+    /// AuthStatus: (enabled, auth revision).
+    pub async fn auth_status(&self) -> Result<(bool, u64), ServerError> {
+        self.linearizable_read_notify().await?;
+        Ok((self.auth.is_enabled(), self.auth.revision()))
+    }
+
+    /// etcd's flow: check the password here (outside raft, off the
+    /// runtime), then propose the user with a fresh token prefix; if the
+    /// auth store changed meanwhile, check again. Returns the token.
+    pub async fn authenticate(
+        &self,
+        name: &str,
+        password: &str,
+        who: Option<AuthInfo>,
+    ) -> Result<String, ServerError> {
+        self.linearizable_read_notify().await?;
+        loop {
+            let (hash, checked_rev) = self.auth.password_hash(name)?;
+            let password = password.to_string();
+            let ok = tokio::task::spawn_blocking(move || {
+                let hash = String::from_utf8_lossy(&hash).into_owned();
+                bcrypt::verify(password, &hash).unwrap_or(false)
+            })
+            .await
+            .map_err(|e| ServerError::internal_from("retcd: password check task failed", e))?;
+            if !ok {
+                return Err(AuthError::AuthFailed.into());
+            }
+            let jwt = self.auth.uses_jwt();
+            let op = Op::Authenticate(AuthAuthenticate {
+                name: name.to_string(),
+                simple_token: if jwt {
+                    String::new()
+                } else {
+                    crate::auth::simple_token::token_prefix()
+                },
+            });
+            let token = match self.auth_change(op, who.clone()).await? {
+                Some(simple) => simple,
+                None => {
+                    // JWT: signed here once the entry applied (RSA signing
+                    // is a millisecond of CPU: off the runtime).
+                    let auth = self.auth.clone();
+                    let name = name.to_string();
+                    tokio::task::spawn_blocking(move || auth.sign_jwt(&name))
+                        .await
+                        .map_err(|e| {
+                            ServerError::internal_from("retcd: signing task failed", e)
+                        })??
+                }
+            };
+            if self.auth.revision() == checked_rev {
+                return Ok(token);
+            }
+        }
+    }
+
+    pub async fn user_add(
+        &self,
+        name: String,
+        password: String,
+        options: Option<UserAddOptions>,
+        who: Option<AuthInfo>,
+    ) -> Result<(), ServerError> {
+        let no_password = options.as_ref().is_some_and(|o| o.no_password);
+        let hashed_password = if no_password {
+            Vec::new()
+        } else {
+            hash_password(password, self.cfg.bcrypt_cost).await?
+        };
+        let op = Op::UserAdd(AuthUserAdd {
+            name,
+            hashed_password,
+            options,
+        });
+        self.auth_change(op, who).await.map(|_| ())
+    }
+
+    pub async fn user_change_password(
+        &self,
+        name: String,
+        password: String,
+        who: Option<AuthInfo>,
+    ) -> Result<(), ServerError> {
+        let op = Op::UserChangePassword(AuthUserChangePassword {
+            name,
+            hashed_password: hash_password(password, self.cfg.bcrypt_cost).await?,
+        });
+        self.auth_change(op, who).await.map(|_| ())
+    }
+
+    /// A user's roles (the user itself or an admin).
+    pub async fn user_get(
+        &self,
+        name: &str,
+        who: Option<AuthInfo>,
+    ) -> Result<Vec<String>, ServerError> {
+        let who = self.auth_reader(who).await?;
+        if who.as_ref().is_none_or(|w| w.username != name) {
+            self.auth.check_admin(who.as_ref())?;
+        }
+        Ok(self.auth.user(name)?.roles)
+    }
+
+    pub async fn user_list(&self, who: Option<AuthInfo>) -> Result<Vec<String>, ServerError> {
+        let who = self.auth_reader(who).await?;
+        self.auth.check_admin(who.as_ref())?;
+        Ok(self.auth.user_names())
+    }
+
+    /// A role's permissions (an admin, or a user holding the role).
+    pub async fn role_get(
+        &self,
+        role: &str,
+        who: Option<AuthInfo>,
+    ) -> Result<Vec<Permission>, ServerError> {
+        let who = self.auth_reader(who).await?;
+        if !who
+            .as_ref()
+            .is_some_and(|w| self.auth.has_role(&w.username, role))
+        {
+            self.auth.check_admin(who.as_ref())?;
+        }
+        Ok(self.auth.role(role)?.key_permission)
+    }
+
+    pub async fn role_list(&self, who: Option<AuthInfo>) -> Result<Vec<String>, ServerError> {
+        let who = self.auth_reader(who).await?;
+        self.auth.check_admin(who.as_ref())?;
+        Ok(self.auth.role_names())
+    }
+}

@@ -1,0 +1,437 @@
+//! Membership requests (etcd's `AddMember`, `RemoveMember`,
+//! `UpdateMember`, `PromoteMember`, `MoveLeader`) and this member's publish.
+//! The rules applied to a committed change, on every member, are
+//! `apply::membership`'s; here are the checks the member that takes the
+//! request makes before proposing, with `--strict-reconfig-check` (would
+//! the change leave fewer started voters than a quorum, or break an active
+//! quorum — peers connected for at least [`HEALTH_INTERVAL`]? A promote
+//! also needs the learner's match index within 90% of the leader's, which
+//! only the leader knows, so another member forwards it to the leader).
+
+use super::EtcdServer;
+use crate::apply::membership::{is_started, ConfChangeContext};
+use crate::config::split_urls;
+use crate::error::ServerError;
+use crate::ids::{new_member_id, Hex};
+use prost::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType};
+use retcd_api::etcdserverpb::cluster_client::ClusterClient;
+use retcd_api::etcdserverpb::MemberPromoteRequest;
+use retcd_api::retcdpb::internal_raft_request::Request;
+use retcd_api::retcdpb::{Member, MemberAttributes};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long peers must have been connected for a reconfiguration to be
+/// considered safe (etcd's `HealthInterval`).
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// A learner may be promoted when its match index is at least this share of
+/// the leader's (etcd's `readyPercent`).
+const READY_PERCENT: f64 = 0.9;
+
+/// etcd's `types.NewURLs` checks: scheme http(s)/unix(s), host:port, no path.
+pub fn validate_peer_urls(urls: &[String]) -> Result<Vec<String>, ServerError> {
+    let mut out = Vec::with_capacity(urls.len());
+    for u in urls {
+        let (scheme, rest) = u.split_once("://").ok_or(ServerError::MemberBadUrls)?;
+        if !matches!(scheme, "http" | "https" | "unix" | "unixs") {
+            return Err(ServerError::MemberBadUrls);
+        }
+        let host = rest.strip_suffix('/').unwrap_or(rest);
+        let Some((h, port)) = host.rsplit_once(':') else {
+            return Err(ServerError::MemberBadUrls);
+        };
+        if h.is_empty() || host.contains('/') || port.parse::<u16>().is_err() {
+            return Err(ServerError::MemberBadUrls);
+        }
+        out.push(u.clone());
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl EtcdServer {
+    /// MemberAdd: a new, unstarted member (no name until it publishes). Its
+    /// ID is derived as etcd derives it, from its peer URLs and the current
+    /// time. Returns the member and the list after the change.
+    pub async fn member_add(
+        &self,
+        peer_urls: &[String],
+        is_learner: bool,
+    ) -> Result<(Member, Vec<Member>), ServerError> {
+        let urls = validate_peer_urls(peer_urls)?;
+        let m = Member {
+            id: new_member_id(&urls, now_unix_secs()),
+            name: String::new(),
+            peer_urls: urls,
+            client_urls: vec![],
+            is_learner,
+        };
+        self.may_add_member(is_learner)?;
+        let ty = if is_learner {
+            ConfChangeType::AddLearnerNode
+        } else {
+            ConfChangeType::AddNode
+        };
+        let ctx = ConfChangeContext {
+            member: Some(m.clone()),
+            is_promote: false,
+            is_update: false,
+        };
+        self.proposer
+            .propose_conf_change(conf_change(ty, m.id, Some(ctx)))
+            .await?;
+        Ok((m, self.members()))
+    }
+
+    /// MemberRemove. Removing the leader first hands leadership to another
+    /// started voter (best effort), so the cluster does not wait out an
+    /// election timeout.
+    pub async fn member_remove(&self, id: u64) -> Result<Vec<Member>, ServerError> {
+        self.may_remove_member(id)?;
+        if id == self.leader() {
+            self.hand_off_leadership(id).await;
+        }
+        self.proposer
+            .propose_conf_change(conf_change(ConfChangeType::RemoveNode, id, None))
+            .await?;
+        Ok(self.members())
+    }
+
+    /// MemberUpdate: new peer URLs (etcd does not validate them here).
+    pub async fn member_update(
+        &self,
+        id: u64,
+        peer_urls: Vec<String>,
+    ) -> Result<Vec<Member>, ServerError> {
+        let ctx = ConfChangeContext {
+            member: Some(Member {
+                id,
+                peer_urls,
+                ..Default::default()
+            }),
+            is_promote: false,
+            is_update: true,
+        };
+        self.proposer
+            .propose_conf_change(conf_change(ConfChangeType::AddNode, id, Some(ctx)))
+            .await?;
+        Ok(self.members())
+    }
+
+    /// MemberPromote, here on the leader or forwarded to it (only the
+    /// leader knows whether the learner has caught up), as etcd does.
+    /// Returns the member list (the leader's, when forwarded) once this
+    /// member has applied the promote too (read-your-writes, bounded by the
+    /// request timeout).
+    pub async fn member_promote(
+        &self,
+        id: u64,
+    ) -> Result<Vec<retcd_api::etcdserverpb::Member>, ServerError> {
+        match self.promote_here(id).await {
+            Ok(ms) => Ok(ms.iter().map(crate::apply::membership::to_pb).collect()),
+            Err(ServerError::NotLeader) => {
+                let ms = self.promote_on_leader(id).await?;
+                let deadline = Instant::now() + self.request_timeout();
+                while Instant::now() < deadline && self.members.is_learner(id) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok(ms)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// MemberPromote on this member; `NotLeader` when it is not the leader.
+    async fn promote_here(&self, id: u64) -> Result<Vec<Member>, ServerError> {
+        self.may_promote_member(id).await?;
+        let ctx = ConfChangeContext {
+            member: Some(Member {
+                id,
+                ..Default::default()
+            }),
+            is_promote: true,
+            is_update: false,
+        };
+        self.proposer
+            .propose_conf_change(conf_change(ConfChangeType::AddNode, id, Some(ctx)))
+            .await?;
+        Ok(self.members())
+    }
+
+    /// Forwards a promote to the leader's client URLs until it answers or
+    /// the request timeout passes (etcd forwards over the peer HTTP API).
+    async fn promote_on_leader(
+        &self,
+        id: u64,
+    ) -> Result<Vec<retcd_api::etcdserverpb::Member>, ServerError> {
+        let deadline = Instant::now() + self.request_timeout();
+        let mut last = ServerError::Timeout;
+        // Final answers of the leader; anything else is retried.
+        let final_answers = [
+            ServerError::LearnerNotReady,
+            ServerError::MemberNotFound,
+            ServerError::MemberNotLearner,
+        ];
+        while Instant::now() < deadline {
+            let leader = self.leader();
+            if leader == self.member_id {
+                match self.promote_here(id).await {
+                    Ok(ms) => return Ok(ms.iter().map(crate::apply::membership::to_pb).collect()),
+                    Err(ServerError::NotLeader) => {}
+                    Err(e) => return Err(e),
+                }
+            } else if leader != 0 {
+                let urls = self
+                    .member(leader)
+                    .map(|m| m.client_urls)
+                    .unwrap_or_default();
+                for url in urls {
+                    let Ok(ep) = self.dialer.client_endpoint(&url) else {
+                        continue;
+                    };
+                    let ep = ep
+                        .connect_timeout(Duration::from_secs(1))
+                        .timeout(self.request_timeout());
+                    let Ok(ch) = ep.connect().await else { continue };
+                    match ClusterClient::new(ch)
+                        .member_promote(MemberPromoteRequest { id })
+                        .await
+                    {
+                        Ok(r) => return Ok(r.into_inner().members),
+                        Err(st) => {
+                            if let Some(e) =
+                                final_answers.iter().find(|e| e.to_string() == st.message())
+                            {
+                                return Err(e.clone());
+                            }
+                            last = ServerError::Remote {
+                                code: st.code(),
+                                message: st.message().to_string(),
+                            };
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(last)
+    }
+
+    /// etcd's `MoveLeader`: on the leader only, to a voting member; waits
+    /// (polling every heartbeat, bounded by the request timeout) until the
+    /// transferee leads.
+    pub async fn move_leader(&self, target: u64) -> Result<(), ServerError> {
+        if self.leader() != self.member_id {
+            return Err(ServerError::NotLeader);
+        }
+        if self.member(target).is_none_or(|m| m.is_learner) {
+            return Err(ServerError::BadLeaderTransferee);
+        }
+        tracing::info!(transferee = %Hex(target), "leadership transfer starting");
+        let started = Instant::now();
+        let tick = Duration::from_millis(self.cfg.heartbeat_interval.max(1));
+        let deadline = started + self.request_timeout();
+        self.proposer.transfer_leadership(target)?;
+        let mut last_ask = Instant::now();
+        while self.leader() != target {
+            if Instant::now() >= deadline {
+                return Err(ServerError::LeaderTransferTimeout);
+            }
+            // raft-rs gives up a transfer after an election timeout; ask
+            // again while we still lead.
+            if last_ask.elapsed() >= Duration::from_millis(self.cfg.election_timeout)
+                && self.leader() == self.member_id
+            {
+                self.proposer.transfer_leadership(target)?;
+                last_ask = Instant::now();
+            }
+            tokio::time::sleep(tick).await;
+        }
+        tracing::info!(transferee = %Hex(target), took = ?started.elapsed(), "leadership transfer finished");
+        Ok(())
+    }
+
+    /// Moves leadership away from `leader` (about to be removed) to another
+    /// started voter: the most caught-up one when this member leads, else
+    /// any (raft forwards the transfer request to the leader). Bounded by
+    /// two election timeouts; failure is not an error (the removal still
+    /// works, with an election after it).
+    async fn hand_off_leadership(&self, leader: u64) {
+        let candidates: Vec<u64> = self
+            .members()
+            .iter()
+            .filter(|m| m.id != leader && !m.is_learner && is_started(m))
+            .map(|m| m.id)
+            .collect();
+        let progress = self
+            .proposer
+            .progress()
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let Some(target) = candidates.iter().copied().max_by_key(|c| {
+            progress
+                .iter()
+                .find(|(id, _)| id == c)
+                .map(|p| p.1)
+                .unwrap_or(0)
+        }) else {
+            return;
+        };
+        tracing::info!(from = %Hex(leader), to = %Hex(target), "moving leadership off a member being removed");
+        if self.proposer.transfer_leadership(target).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + 2 * Duration::from_millis(self.cfg.election_timeout);
+        while self.leader() == leader && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(self.cfg.heartbeat_interval.max(1))).await;
+        }
+    }
+
+    /// etcd's `numConnectedSince`: this member plus the members whose
+    /// stream has been up for at least [`HEALTH_INTERVAL`].
+    fn num_connected_since(&self, members: &[Member]) -> usize {
+        let Some(since) = Instant::now().checked_sub(HEALTH_INTERVAL) else {
+            return 1;
+        };
+        members
+            .iter()
+            .filter(|m| {
+                m.id == self.member_id
+                    || self
+                        .transport
+                        .active_since(m.id)
+                        .is_some_and(|t| t <= since)
+            })
+            .count()
+    }
+
+    /// etcd's `mayAddMember`.
+    fn may_add_member(&self, is_learner: bool) -> Result<(), ServerError> {
+        if !self.cfg.strict_reconfig_check {
+            return Ok(());
+        }
+        let voters = voters(&self.members());
+        if !is_learner {
+            // IsReadyToAddVotingMember: the new member counts, unstarted.
+            let nmembers = voters.len() + 1;
+            let nstarted = voters.iter().filter(|m| is_started(m)).count();
+            // Adding a second member to a one-member cluster is allowed
+            // (restoring a cluster from a backup).
+            if !(nstarted == 1 && nmembers == 2) && nstarted < nmembers / 2 + 1 {
+                return Err(ServerError::MemberNotEnoughStarted);
+            }
+        }
+        if self.num_connected_since(&voters) != voters.len() {
+            return Err(ServerError::Unhealthy);
+        }
+        Ok(())
+    }
+
+    /// etcd's `mayRemoveMember`.
+    fn may_remove_member(&self, id: u64) -> Result<(), ServerError> {
+        if !self.cfg.strict_reconfig_check {
+            return Ok(());
+        }
+        let members = self.members();
+        if members.iter().any(|m| m.id == id && m.is_learner) {
+            return Ok(());
+        }
+        let voters = voters(&members);
+        // IsReadyToRemoveVotingMember.
+        let rest: Vec<&Member> = voters.iter().filter(|m| m.id != id).collect();
+        let nstarted = rest.iter().filter(|m| is_started(m)).count();
+        if nstarted < rest.len() / 2 + 1 {
+            return Err(ServerError::MemberNotEnoughStarted);
+        }
+        // A member that is down is not part of the active quorum.
+        if id != self.member_id && self.transport.active_since(id).is_none() {
+            return Ok(());
+        }
+        let active = self.num_connected_since(&voters);
+        if active < 1 + 1 + voters.len().saturating_sub(1) / 2 {
+            return Err(ServerError::Unhealthy);
+        }
+        Ok(())
+    }
+
+    /// etcd's `isLearnerReady` + `IsReadyToPromoteMember`. Only the leader
+    /// knows the learner's progress: elsewhere this is `NotLeader`.
+    async fn may_promote_member(&self, id: u64) -> Result<(), ServerError> {
+        let progress = self
+            .proposer
+            .progress()
+            .await?
+            .ok_or(ServerError::NotLeader)?;
+        if let Some((_, learner_match)) = progress.iter().find(|(pid, _)| *pid == id) {
+            let leader_match = progress
+                .iter()
+                .find(|(pid, _)| *pid == self.member_id)
+                .map(|p| p.1)
+                .unwrap_or(0);
+            if (*learner_match as f64) < leader_match as f64 * READY_PERCENT {
+                return Err(ServerError::LearnerNotReady);
+            }
+        }
+        if !self.cfg.strict_reconfig_check {
+            return Ok(());
+        }
+        let voters = voters(&self.members());
+        let nmembers = voters.len() + 1;
+        let nstarted = voters.iter().filter(|m| is_started(m)).count() + 1;
+        if nstarted < nmembers / 2 + 1 {
+            return Err(ServerError::MemberNotEnoughStarted);
+        }
+        Ok(())
+    }
+}
+
+/// Publishes this member's attributes once a leader exists; retries until
+/// the publish is applied (or the server stops).
+pub async fn publish(server: Arc<EtcdServer>) {
+    let attrs = MemberAttributes {
+        member_id: server.member_id,
+        name: server.cfg.name.clone(),
+        client_urls: split_urls(&server.cfg.advertise_client_urls),
+    };
+    loop {
+        if server.leader() != 0 {
+            match server
+                .propose(Request::MemberAttributes(attrs.clone()))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(name = %attrs.name, client_urls = ?attrs.client_urls, "published local member to cluster");
+                    server.published.send_replace(true);
+                    return;
+                }
+                Err(ServerError::Stopped) => return,
+                Err(e) => tracing::debug!(error = %e, "publish failed; retrying"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn now_unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn voters(members: &[Member]) -> Vec<Member> {
+    members.iter().filter(|m| !m.is_learner).cloned().collect()
+}
+
+fn conf_change(ty: ConfChangeType, id: u64, ctx: Option<ConfChangeContext>) -> ConfChange {
+    let mut cc = ConfChange::default();
+    cc.set_change_type(ty);
+    cc.node_id = id;
+    if let Some(c) = ctx {
+        cc.context = c.encode_to_vec().into();
+    }
+    cc
+}

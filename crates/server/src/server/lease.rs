@@ -1,0 +1,350 @@
+//! Leases (etcd's `Lessor` as the server exposes it): LeaseGrant,
+//! LeaseRevoke, LeaseKeepAlive, LeaseTimeToLive, LeaseLeases — and the
+//! leader's expiry loop.
+//!
+//! * Grant and revoke go through raft; the apply changes the lessor on
+//!   every member.
+//! * Renew (keepalive) and TimeToLive are answered by the leader's lessor
+//!   only: its expiry clock is the one that counts. Another member forwards
+//!   them to the leader on the peer service (`RaftPeer/LeaseRenew`,
+//!   `RaftPeer/LeaseTimeToLive`; etcd's leasehttp), retrying until the
+//!   request timeout; with no leader: "etcdserver: no leader".
+//! * [`run_lessor`]: every 500 ms the primary lessor's expired leases are
+//!   revoked through raft (at most `leaseRevokeRate / 2` per round, 16 in
+//!   flight, as etcd) and due checkpoints proposed.
+
+use super::{unexpected, EtcdServer};
+use crate::apply::quota::LEASE_OVERHEAD;
+use crate::apply::ApplyResult;
+use crate::auth::AuthInfo;
+use crate::error::ServerError;
+use crate::tls::Dialer;
+use parking_lot::Mutex;
+use retcd_api::etcdserverpb::{
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseLeasesResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
+    LeaseTimeToLiveResponse,
+};
+use retcd_api::retcdpb::internal_raft_request::Request;
+use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
+use retcd_api::retcdpb::LeaseCheckpointRequest;
+use retcd_lease::{LeaseError, Lessor, LEASE_REVOKE_RATE, MAX_LEASE_CHECKPOINT_BATCH_SIZE};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic::Code;
+
+/// etcd's `maxPendingRevokes`.
+const MAX_PENDING_REVOKES: usize = 16;
+const RETRY: Duration = Duration::from_millis(50);
+
+/// Peer connections used to forward lease requests to the leader.
+pub(super) struct Forwarder {
+    dialer: Dialer,
+    /// Protects the channels by peer URL (connected lazily, shared by all
+    /// forwarded requests). Held only to look up or insert, never across
+    /// `.await`.
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl Forwarder {
+    pub(super) fn new(dialer: Dialer) -> Forwarder {
+        Forwarder {
+            dialer,
+            channels: Mutex::default(),
+        }
+    }
+
+    fn client(&self, url: &str) -> Option<RaftPeerClient<Channel>> {
+        let mut chans = self.channels.lock();
+        if let Some(c) = chans.get(url) {
+            return Some(RaftPeerClient::new(c.clone()));
+        }
+        let ch = self
+            .dialer
+            .peer_endpoint(url)
+            .ok()?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        chans.insert(url.to_string(), ch.clone());
+        Some(RaftPeerClient::new(ch))
+    }
+}
+
+/// Who answers a renew or TimeToLive.
+enum Target {
+    Local,
+    Leader(Vec<String>),
+}
+
+/// Waits for a leader (until `deadline`): this member, or the leader's
+/// peer URLs.
+async fn leader_target(server: &EtcdServer, deadline: Instant) -> Result<Target, ServerError> {
+    loop {
+        let leader = server.leader();
+        if leader == server.member_id {
+            return Ok(Target::Local);
+        }
+        if leader != 0 {
+            let urls = server.members.get(leader).map(|m| m.peer_urls);
+            if let Some(urls) = urls.filter(|u| !u.is_empty()) {
+                return Ok(Target::Leader(urls));
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(ServerError::NoLeader);
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Renews on this member's lessor; an expired lease is waited on until
+/// its revoke lands (→ not found) or this lessor is demoted (→ not
+/// primary), bounded at 5 s, as etcd's `Renew`.
+pub async fn renew_on_leader(lessor: &Lessor, id: i64) -> Result<i64, LeaseError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match lessor.renew(id) {
+            Ok(r) => return Ok(r.ttl),
+            Err(LeaseError::Expired) if Instant::now() < deadline => {
+                tokio::time::sleep(RETRY).await
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// TimeToLive from this member's lessor, which must be primary.
+pub fn time_to_live_on_leader(
+    lessor: &Lessor,
+    req: &LeaseTimeToLiveRequest,
+) -> Result<LeaseTimeToLiveResponse, LeaseError> {
+    if !lessor.is_primary() {
+        return Err(LeaseError::NotPrimary);
+    }
+    let l = lessor.lookup(req.id).ok_or(LeaseError::NotFound)?;
+    Ok(LeaseTimeToLiveResponse {
+        header: None,
+        id: req.id,
+        ttl: l.remaining_secs,
+        granted_ttl: l.ttl,
+        keys: if req.keys { l.keys } else { Vec::new() },
+    })
+}
+
+/// Whether this member is still the leader once a ReadIndex (a quorum's
+/// heartbeat acknowledgement) has come back (etcd's `ensureLeadership`).
+async fn ensure_leadership(server: &EtcdServer) -> bool {
+    server.linearizable_read_notify().await.is_ok() && server.leader() == server.member_id
+}
+
+impl EtcdServer {
+    pub async fn lease_grant(
+        &self,
+        mut req: LeaseGrantRequest,
+        who: Option<AuthInfo>,
+    ) -> Result<LeaseGrantResponse, ServerError> {
+        self.check_quota(LEASE_OVERHEAD).await?;
+        // No ID given: the server picks one from its request id generator,
+        // positive, as etcd.
+        while req.id == 0 {
+            req.id = (self.proposer.next_request_id() & ((1 << 63) - 1)) as i64;
+        }
+        match self.propose_as(Request::LeaseGrant(req), who).await? {
+            ApplyResult::LeaseGrant(mut r) => {
+                self.fill(&mut r.header);
+                Ok(r)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn lease_revoke(
+        &self,
+        req: LeaseRevokeRequest,
+        who: Option<AuthInfo>,
+    ) -> Result<LeaseRevokeResponse, ServerError> {
+        match self.propose_as(Request::LeaseRevoke(req), who).await? {
+            ApplyResult::LeaseRevoke(mut r) => {
+                self.fill(&mut r.header);
+                Ok(r)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// One keepalive (etcd's `EtcdServer.LeaseRenew`): the TTL after the
+    /// renew; an unknown or revoked lease is `LeaseError::NotFound`.
+    /// Locally on the leader (after making sure it still is), else
+    /// forwarded.
+    pub async fn lease_renew(&self, id: i64) -> Result<i64, ServerError> {
+        let deadline = Instant::now() + self.request_timeout();
+        loop {
+            match leader_target(self, deadline).await? {
+                // etcd's ensureLeadership (3.4.25/3.5.8): a leader that was
+                // paused or cut off may not know it was replaced, and
+                // renewing on its lessor would answer a keepalive the real
+                // leader never saw (the lease then expires "early"; the
+                // robustness lease check caught it with the leader paused).
+                // A ReadIndex confirms leadership with a quorum first; if it
+                // fails, look again.
+                Target::Local if ensure_leadership(self).await => {
+                    match renew_on_leader(&self.lessor, id).await {
+                        Ok(ttl) => return Ok(ttl),
+                        Err(LeaseError::NotFound) => return Err(LeaseError::NotFound.into()),
+                        Err(_) => {} // not promoted yet, or just demoted: retry
+                    }
+                }
+                Target::Local => {}
+                Target::Leader(urls) => {
+                    for url in &urls {
+                        let Some(mut c) = self.lease_forwarder.client(url) else {
+                            continue;
+                        };
+                        match c.lease_renew(LeaseKeepAliveRequest { id }).await {
+                            Ok(r) => return Ok(r.into_inner().ttl),
+                            Err(s) if s.code() == Code::NotFound => {
+                                return Err(LeaseError::NotFound.into())
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(self.proposer.timed_out());
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+
+    /// TimeToLive (an unknown lease answers TTL -1, as etcd).
+    pub async fn lease_time_to_live(
+        &self,
+        req: LeaseTimeToLiveRequest,
+    ) -> Result<LeaseTimeToLiveResponse, ServerError> {
+        let mut resp = match lease_time_to_live(self, &req).await {
+            Ok(r) => r,
+            Err(ServerError::Lease(LeaseError::NotFound)) => LeaseTimeToLiveResponse {
+                id: req.id,
+                ttl: -1,
+                ..Default::default()
+            },
+            Err(e) => return Err(e),
+        };
+        resp.header = self.current_header();
+        Ok(resp)
+    }
+
+    pub fn lease_leases(&self) -> LeaseLeasesResponse {
+        let leases = self
+            .lessor
+            .leases()
+            .into_iter()
+            .map(|id| LeaseStatus { id })
+            .collect();
+        LeaseLeasesResponse {
+            header: self.current_header(),
+            leases,
+        }
+    }
+}
+
+/// etcd's `EtcdServer.LeaseTimeToLive`: locally on the leader, else forwarded.
+async fn lease_time_to_live(
+    server: &EtcdServer,
+    req: &LeaseTimeToLiveRequest,
+) -> Result<LeaseTimeToLiveResponse, ServerError> {
+    let deadline = Instant::now() + server.request_timeout();
+    loop {
+        match leader_target(server, deadline).await? {
+            Target::Local => match time_to_live_on_leader(&server.lessor, req) {
+                Ok(r) => return Ok(r),
+                Err(LeaseError::NotFound) => return Err(LeaseError::NotFound.into()),
+                Err(_) => {}
+            },
+            Target::Leader(urls) => {
+                for url in &urls {
+                    let Some(mut c) = server.lease_forwarder.client(url) else {
+                        continue;
+                    };
+                    match c.lease_time_to_live(*req).await {
+                        Ok(r) => return Ok(r.into_inner()),
+                        Err(s) if s.code() == Code::NotFound => {
+                            return Err(LeaseError::NotFound.into())
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(server.proposer.timed_out());
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// The leader's lease loop (etcd's lessor `runLoop` + the server's revoke
+/// of expired leases): every 500 ms, while this lessor is primary, revoke
+/// expired leases through raft and propose due checkpoints. Runs for the
+/// life of the process; does nothing on followers.
+pub async fn run_lessor(server: Arc<EtcdServer>) {
+    let pending = Arc::new(Semaphore::new(MAX_PENDING_REVOKES));
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let lessor = &server.lessor;
+        if !lessor.is_primary() {
+            continue;
+        }
+        for id in lessor.find_expired_leases(LEASE_REVOKE_RATE / 2) {
+            let Ok(permit) = pending.clone().acquire_owned().await else {
+                return;
+            };
+            let s = server.clone();
+            tokio::spawn(async move {
+                // As root (etcd revokes with `WithRoot`): the lease's keys
+                // may be any user's.
+                let root = Some(AuthInfo::server_itself());
+                match s
+                    .propose_as(Request::LeaseRevoke(LeaseRevokeRequest { id }), root)
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::debug!(lease = %format!("{id:016x}"), "revoked expired lease")
+                    }
+                    Err(e) => {
+                        tracing::warn!(lease = %format!("{id:016x}"), error = %e, "failed to revoke expired lease")
+                    }
+                }
+                drop(permit);
+            });
+        }
+        if lessor.checkpoints_enabled() {
+            // etcd's leaseCheckpointRate / 2 batches per round at most.
+            for _ in 0..(retcd_lease::lessor::LEASE_CHECKPOINT_RATE / 2) {
+                let cps = lessor.find_due_checkpoints(MAX_LEASE_CHECKPOINT_BATCH_SIZE);
+                let n = cps.len();
+                if n > 0 {
+                    let s = server.clone();
+                    tokio::spawn(async move {
+                        let req =
+                            Request::LeaseCheckpoint(LeaseCheckpointRequest { checkpoints: cps });
+                        if let Err(e) = s.propose(req).await {
+                            tracing::warn!(error = %e, "failed to checkpoint leases");
+                        }
+                    });
+                }
+                if n < MAX_LEASE_CHECKPOINT_BATCH_SIZE {
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Maintenance: Alarm, Status, Defragment, Hash, HashKV, Snapshot,
+//! Downgrade (MoveLeader is with the membership requests).
+//!
+//! * Alarm: every action goes through raft, as in etcd, so `alarm list`
+//!   is linearizable and `alarm disarm` clears the alarm on every member.
+//! * Defragment: local to the member, and online (see
+//!   `retcd_mvcc::KvStore::defrag`): requests keep being served.
+//! * Hash, HashKV and Defragment scan or rewrite the store: on a blocking
+//!   thread, never a runtime worker.
+//! * etcd's `authMaintenanceServer`: Defragment, Snapshot and Hash need
+//!   the root role while auth is enabled, and answer the auth package's
+//!   raw errors (code Unknown). (etcd also guards HashKV; retcd answers
+//!   it, since members compare HashKVs over each other's client URLs for
+//!   the corruption check. A hash reveals no data.)
+
+use super::{unexpected, EtcdServer};
+use crate::apply::alarm::alarm_string;
+use crate::apply::ApplyResult;
+use crate::auth::AuthInfo;
+use crate::config::{ETCD_API_VERSION, ETCD_CLUSTER_VERSION};
+use crate::error::ServerError;
+use retcd_api::etcdserverpb::{
+    alarm_request::AlarmAction, downgrade_request::DowngradeAction, AlarmRequest, AlarmResponse,
+    AlarmType, DowngradeRequest, DowngradeResponse, HashKvResponse, HashResponse, StatusResponse,
+};
+use retcd_api::retcdpb::internal_raft_request::Request;
+
+pub use retcd_mvcc::SnapshotDump;
+
+/// What Status reports (the response, without gRPC).
+pub type StatusInfo = StatusResponse;
+
+impl EtcdServer {
+    /// etcd's admin check for maintenance RPCs, with its raw errors.
+    fn check_admin_raw(&self, who: Option<&AuthInfo>) -> Result<(), ServerError> {
+        self.auth.check_admin(who).map_err(ServerError::AuthRaw)
+    }
+
+    pub async fn alarm(&self, req: AlarmRequest) -> Result<AlarmResponse, ServerError> {
+        if AlarmAction::try_from(req.action).is_err() {
+            return Err(ServerError::UnknownAlarmAction);
+        }
+        match self.propose(Request::Alarm(req)).await? {
+            ApplyResult::Alarm(mut r) => {
+                self.fill(&mut r.header);
+                Ok(r)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn status(&self) -> StatusInfo {
+        let raft = self.proposer.status();
+        let leader = raft.leader();
+        let mut errors = Vec::new();
+        if leader == 0 {
+            errors.push(ServerError::NoLeader.to_string());
+        }
+        for a in self.alarms.get(AlarmType::None) {
+            errors.push(alarm_string(&a));
+        }
+        StatusResponse {
+            header: self.current_header(),
+            version: ETCD_API_VERSION.to_string(),
+            db_size: self.backend.size() as i64,
+            leader,
+            raft_index: raft.commit_index(),
+            raft_term: raft.term(),
+            raft_applied_index: raft.applied_index(),
+            errors,
+            db_size_in_use: self.backend.size_in_use() as i64,
+            is_learner: self.is_learner(),
+        }
+    }
+
+    /// `/metrics`: the gauges that mirror state refreshed, then the text
+    /// exposition of every metric.
+    pub fn render_metrics(&self) -> String {
+        let m = &self.metrics;
+        let raft = self.proposer.status();
+        let leader = raft.leader();
+        m.has_leader.set((leader != 0) as i64);
+        m.is_leader
+            .set((leader != 0 && leader == self.member_id) as i64);
+        m.proposals_committed.set(raft.commit_index() as i64);
+        m.proposals_applied.set(raft.applied_index() as i64);
+        m.proposals_pending.set(self.proposer.pending() as i64);
+        m.db_total_size.set(self.backend.size() as i64);
+        m.db_total_size_in_use
+            .set(self.backend.size_in_use() as i64);
+        m.current_revision.set(self.kv.current_revision());
+        m.compact_revision.set(self.kv.compact_revision());
+        let (streams, watchers, slow) = self.watch.gauges();
+        m.watch_streams.set(streams as i64);
+        m.watchers.set(watchers as i64);
+        m.slow_watchers.set(slow as i64);
+        m.render()
+    }
+
+    /// Defragments this member's backend (online).
+    pub async fn defragment(&self, who: Option<AuthInfo>) -> Result<(), ServerError> {
+        self.check_admin_raw(who.as_ref())?;
+        let kv = self.kv.clone();
+        let stats = tokio::task::spawn_blocking(move || kv.defrag())
+            .await
+            .map_err(|e| ServerError::internal_from("retcd: defrag task failed", e))??;
+        self.metrics.db_total_size.set(stats.size_after as i64);
+        Ok(())
+    }
+
+    pub async fn hash(&self, who: Option<AuthInfo>) -> Result<HashResponse, ServerError> {
+        self.check_admin_raw(who.as_ref())?;
+        let kv = self.kv.clone();
+        let hash = tokio::task::spawn_blocking(move || kv.hash())
+            .await
+            .map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
+        Ok(HashResponse {
+            header: self.current_header(),
+            hash,
+        })
+    }
+
+    pub async fn hash_kv(&self, revision: i64) -> Result<HashKvResponse, ServerError> {
+        let (hash, compact_revision, hash_revision) = self.local_hash_kv(revision).await?;
+        Ok(HashKvResponse {
+            header: self.current_header(),
+            hash,
+            compact_revision,
+            hash_revision,
+        })
+    }
+
+    /// This member's (hash, compact revision, hash revision) at `revision`
+    /// (0: the current one), subject to the `mvcc_hash_kv_corrupt`
+    /// failpoint.
+    pub(super) async fn local_hash_kv(
+        &self,
+        revision: i64,
+    ) -> Result<(u32, i64, i64), ServerError> {
+        let kv = self.kv.clone();
+        let (hash, compact, rev) = tokio::task::spawn_blocking(move || kv.hash_kv(revision))
+            .await
+            .map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
+        Ok((crate::failpoints::hash_kv(hash), compact, rev))
+    }
+
+    /// The store at one revision, to stream as a backup.
+    pub fn snapshot(&self, who: Option<AuthInfo>) -> Result<SnapshotDump, ServerError> {
+        self.check_admin_raw(who.as_ref())?;
+        Ok(self.kv.snapshot_dump())
+    }
+
+    pub async fn downgrade(&self, req: DowngradeRequest) -> Result<DowngradeResponse, ServerError> {
+        let action = DowngradeAction::try_from(req.action)
+            .map_err(|_| ServerError::UnknownDowngradeAction)?;
+        match action {
+            DowngradeAction::Validate | DowngradeAction::Enable => {
+                let target = downgrade_target(&req.version)?;
+                self.linearizable_read_notify().await?;
+                // The cluster version is 3.5: the one allowed target is 3.4.
+                let (major, minor) = cluster_major_minor();
+                if target != (major, minor.saturating_sub(1)) || minor == 0 {
+                    return Err(ServerError::InvalidDowngradeTargetVersion);
+                }
+                if action == DowngradeAction::Enable {
+                    return Err(ServerError::DowngradeUnsupported);
+                }
+                Ok(DowngradeResponse {
+                    header: self.current_header(),
+                    version: ETCD_CLUSTER_VERSION.to_string(),
+                })
+            }
+            DowngradeAction::Cancel => {
+                self.linearizable_read_notify().await?;
+                Err(ServerError::NoInflightDowngrade)
+            }
+        }
+    }
+}
+
+/// etcd 3.5's `convertToClusterVersion`: "X.Y.Z" or "X.Y" → (X, Y).
+fn downgrade_target(v: &str) -> Result<(u64, u64), ServerError> {
+    // semver: MAJOR.MINOR.PATCH[-pre][+build]; etcd also takes MAJOR.MINOR
+    let core = v.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    let num = |s: &str| s.parse::<u64>().ok();
+    let ok = match parts.as_slice() {
+        [a, b] if core == v => num(a).zip(num(b)),
+        [a, b, c] => num(c).and(num(a).zip(num(b))),
+        _ => None,
+    };
+    ok.ok_or(ServerError::WrongDowngradeVersionFormat)
+}
+
+fn cluster_major_minor() -> (u64, u64) {
+    let mut it = ETCD_CLUSTER_VERSION
+        .split('.')
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    (it.next().unwrap_or(3), it.next().unwrap_or(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_downgrade_target_formats() {
+        assert_eq!(downgrade_target("3.4").unwrap(), (3, 4));
+        assert_eq!(downgrade_target("3.4.0").unwrap(), (3, 4));
+        assert_eq!(downgrade_target("3.4.1-rc.0").unwrap(), (3, 4));
+        assert!(downgrade_target("3").is_err());
+        assert!(downgrade_target("x.y").is_err());
+    }
+}

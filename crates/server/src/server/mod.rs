@@ -1,0 +1,205 @@
+//! `EtcdServer`: the member as the services see it — a typed API in the
+//! shape of etcd's `RaftKV`, `Lessor`, cluster, maintenance and auth
+//! interfaces, over the raft handle ([`Proposer`]) and read-only views of
+//! the state machine's parts. The gRPC services and the JSON gateway are
+//! thin layers over this; they never see raft or apply results.
+//!
+//! | file | what |
+//! |---|---|
+//! | `bootstrap.rs` | opening the data dir (WAL replay, new cluster, joining one), starting the raft thread and the background jobs |
+//! | `kv.rs` | Range, Put, DeleteRange, Txn, Compact (quota, validation, permissions of reads, read-only txns) |
+//! | `validate.rs` | etcd's request checks (v3rpc/key.go) |
+//! | `lease.rs` | leases: grant/revoke through raft, renew/TimeToLive on the leader (forwarded), the expiry loop |
+//! | `cluster.rs` | member add/remove/update/promote/list, move-leader, publish, strict reconfiguration checks |
+//! | `join.rs` | `--initial-cluster-state existing`: asking a peer for the cluster |
+//! | `maintenance.rs` | alarms, status, hashes, defragment, snapshot, downgrade |
+//! | `auth.rs` | the Auth service's flows (changes through raft, authenticate, reads) |
+//! | `compactor.rs`, `corrupt.rs` | auto-compaction and the corruption checks (leader-side background jobs) |
+
+mod auth;
+mod bootstrap;
+mod cluster;
+pub mod compactor;
+mod corrupt;
+mod join;
+mod kv;
+mod lease;
+mod maintenance;
+pub mod validate;
+
+pub use lease::{renew_on_leader, run_lessor, time_to_live_on_leader};
+pub use maintenance::{SnapshotDump, StatusInfo};
+
+use crate::apply::alarm::AlarmStore;
+use crate::apply::membership::Members;
+use crate::apply::ApplyResult;
+use crate::auth::{AuthInfo, AuthStore};
+use crate::config::Config;
+use crate::error::ServerError;
+use crate::metrics::Metrics;
+use crate::raft::transport::Transport;
+use crate::raft::{Proposer, RaftSender};
+use crate::tls::Dialer;
+use retcd_api::etcdserverpb::ResponseHeader;
+use retcd_api::retcdpb::internal_raft_request::Request;
+use retcd_api::retcdpb::{InternalRaftRequest, Member};
+use retcd_lease::Lessor;
+use retcd_mvcc::{KvStore, WatchableStore};
+use retcd_storage::backend::Backend;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct EtcdServer {
+    pub cfg: Config,
+    pub member_id: u64,
+    pub cluster_id: u64,
+    kv: Arc<KvStore>,
+    backend: Arc<Backend>,
+    proposer: Proposer,
+    /// The raft thread's input, for the peer service's incoming messages.
+    raft: RaftSender,
+    lessor: Arc<Lessor>,
+    watch: Arc<WatchableStore>,
+    alarms: Arc<AlarmStore>,
+    auth: Arc<AuthStore>,
+    members: Arc<Members>,
+    metrics: Arc<Metrics>,
+    /// The peer transport (membership checks read its peers' activity).
+    transport: Transport,
+    dialer: Dialer,
+    /// Peer connections for forwarding lease renewals to the leader.
+    lease_forwarder: lease::Forwarder,
+    /// Becomes true once this member's publish (name + client URLs) is
+    /// applied; clients are served only from then on, as etcd does.
+    published: tokio::sync::watch::Sender<bool>,
+}
+
+impl EtcdServer {
+    /// A response header at `revision`, with this member's ids and term.
+    pub fn header(&self, revision: i64) -> ResponseHeader {
+        ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.member_id,
+            revision,
+            raft_term: self.proposer.status().term(),
+        }
+    }
+
+    /// A header at the current revision.
+    pub fn current_header(&self) -> Option<ResponseHeader> {
+        Some(self.header(self.kv.current_revision()))
+    }
+
+    /// Completes a header whose revision the apply (or the read) filled
+    /// in; a missing one gets the current revision.
+    fn fill(&self, h: &mut Option<ResponseHeader>) {
+        let rev = h
+            .as_ref()
+            .map(|h| h.revision)
+            .filter(|r| *r != 0)
+            .unwrap_or_else(|| self.kv.current_revision());
+        *h = Some(self.header(rev));
+    }
+
+    pub fn proposer(&self) -> &Proposer {
+        &self.proposer
+    }
+
+    /// The raft thread's input (peer messages go in here).
+    pub fn raft_sender(&self) -> &RaftSender {
+        &self.raft
+    }
+
+    pub fn auth(&self) -> &AuthStore {
+        &self.auth
+    }
+
+    pub fn watchable(&self) -> &Arc<WatchableStore> {
+        &self.watch
+    }
+
+    pub fn lessor(&self) -> &Lessor {
+        &self.lessor
+    }
+
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn current_revision(&self) -> i64 {
+        self.kv.current_revision()
+    }
+
+    /// The applied member list.
+    pub fn members(&self) -> Vec<Member> {
+        self.members.list()
+    }
+
+    pub fn member(&self, id: u64) -> Option<Member> {
+        self.members.get(id)
+    }
+
+    pub fn leader(&self) -> u64 {
+        self.proposer.leader()
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.proposer.request_timeout()
+    }
+
+    /// Whether this member is a learner in the applied member list.
+    pub fn is_learner(&self) -> bool {
+        self.members.is_learner(self.member_id)
+    }
+
+    /// A receiver that turns true once this member's publish is applied.
+    pub fn published(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.published.subscribe()
+    }
+
+    /// Waits until everything committed before the call is applied here.
+    pub async fn linearizable_read_notify(&self) -> Result<(), ServerError> {
+        self.proposer.read_index().await
+    }
+
+    /// Proposes `request` on behalf of `who` (the apply checks its
+    /// permissions while auth is enabled); a deterministic refusal at
+    /// apply is the error.
+    async fn propose_as(
+        &self,
+        request: Request,
+        who: Option<AuthInfo>,
+    ) -> Result<ApplyResult, ServerError> {
+        let mut req = InternalRaftRequest {
+            request: Some(request),
+            ..Default::default()
+        };
+        if let Some(w) = who {
+            req.username = w.username;
+            req.auth_revision = w.revision;
+        }
+        match self.proposer.propose(req).await? {
+            ApplyResult::Err(e) => Err(e),
+            ok => Ok(ok),
+        }
+    }
+
+    /// [`EtcdServer::propose_as`] for the server itself (no user).
+    async fn propose(&self, request: Request) -> Result<ApplyResult, ServerError> {
+        self.propose_as(request, None).await
+    }
+
+    /// Stops the raft thread after a durable backend commit.
+    pub async fn stop(&self) {
+        self.proposer.stop().await
+    }
+}
+
+/// The error for an apply result of the wrong kind (a broken invariant).
+fn unexpected(r: ApplyResult) -> ServerError {
+    ServerError::internal(format!("retcd: unexpected apply result {r:?}"))
+}
