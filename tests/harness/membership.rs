@@ -6,9 +6,9 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use etcd_client::Client;
 
-use crate::cluster::Cluster;
-use crate::ports::free_port;
+use crate::cluster::{loopback_url, Cluster};
 use crate::process::Member;
+use retcd_launch::{free_port, MemberFlags};
 
 impl Cluster {
     /// The `--initial-cluster-token` the cluster was started with.
@@ -40,28 +40,18 @@ impl Cluster {
     ) -> usize {
         let dir = self.dir();
         let data_dir = dir.join(format!("{name}.etcd"));
-        let curl = format!("http://127.0.0.1:{client_port}");
-        let purl = format!("http://127.0.0.1:{peer_port}");
-        let mut args: Vec<String> = vec![
-            "--name".into(),
-            name.into(),
-            "--data-dir".into(),
-            data_dir.display().to_string(),
-            "--listen-client-urls".into(),
-            curl.clone(),
-            "--advertise-client-urls".into(),
-            curl,
-            "--listen-peer-urls".into(),
-            purl.clone(),
-            "--initial-advertise-peer-urls".into(),
-            purl,
-            "--initial-cluster".into(),
-            initial_cluster.into(),
-            "--initial-cluster-token".into(),
-            self.token(),
-            "--initial-cluster-state".into(),
-            "existing".into(),
-        ];
+        let (curl, purl) = (loopback_url(client_port), loopback_url(peer_port));
+        let mut args = MemberFlags {
+            name,
+            data_dir: &data_dir,
+            client_url: &curl,
+            peer_url: &purl,
+            advertise_peer_url: &purl,
+            initial_cluster,
+            token: &self.token(),
+            state: "existing",
+        }
+        .args();
         args.extend(extra_flags.iter().map(|s| s.to_string()));
         let log = dir.join(format!("{name}.log"));
         self.members.push(Member::new(

@@ -20,13 +20,12 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Permission, PutOptions,
     Txn, TxnOp, TxnResponse, WatchOptions, WatchStream,
 };
+use retcd_tests::limit::NORMAL as LIMIT;
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::{
     assert_same_lines, etcdctl, etcdctl35, etcdctl_with_stdin, grpc_error, same_as_etcd, Cluster,
     Flavor,
 };
-
-const LIMIT: Duration = Duration::from_secs(240);
 
 /// The observable outcomes of one scenario on one flavour.
 struct Transcript {

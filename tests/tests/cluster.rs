@@ -7,10 +7,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 use retcd_tests::{bounded, test_flavor, Cluster, Flavor};
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(240);
-const READY: Duration = Duration::from_secs(60);
+use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 
 /// (key, value, create_revision, mod_revision, version) of every key under `prefix`.
 type Kvs = Vec<(String, String, i64, i64, i64)>;

@@ -9,10 +9,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 use retcd_tests::{bounded, test_flavor, Cluster};
+use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(240);
-const READY: Duration = Duration::from_secs(60);
 const WRITERS: usize = 4;
 
 /// Concurrent writers putting unique keys `crash/w{w}/{seq:06}` = `val-{w}-{seq}`,

@@ -11,11 +11,8 @@ use std::time::Duration;
 use etcd_client::{Client, LeaseGrantOptions, LeaseTimeToLiveOptions, PutOptions};
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::{bounded, grpc_error, test_flavor, Cluster, Flavor, Output};
+use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 use tokio::time::{sleep, Instant};
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(240);
-const READY: Duration = Duration::from_secs(60);
 
 /// Lease IDs the scripts choose (hex as etcdctl prints them: 1000, 2000).
 const L1: i64 = 0x1000;

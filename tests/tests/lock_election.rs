@@ -10,9 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, LockOptions, ProclaimOptions, ResignOptions};
+use retcd_tests::limit::QUICK as LIMIT;
 use retcd_tests::{bounded, etcdctl_bin, grpc_error, Cluster, Flavor};
-
-const LIMIT: Duration = Duration::from_secs(120);
 
 /// An `etcdctl` left running in the background (lock holder, candidate,
 /// observer); its stdout is collected line by line. Killed by PID on drop.

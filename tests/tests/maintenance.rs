@@ -15,10 +15,8 @@ use etcd_client::{
     AlarmAction, AlarmType, Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp,
 };
 use retcd_tests::{bounded, etcdctl35, grpc_error, test_flavor, Cluster, Flavor};
+use retcd_tests::{limit::LONG as LIMIT, FAST, READY};
 use tokio::time::{sleep, Instant};
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(300);
 
 fn flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut v: Vec<&str> = FAST.to_vec();
@@ -571,7 +569,7 @@ async fn test_quota_checked_at_apply_on_a_follower() {
         let quota = st.db_size() + 3_000_000;
         c.members[f].kill();
         c.members[f].add_args(&["--quota-backend-bytes", &quota.to_string()]);
-        c.restart_member(f, Duration::from_secs(60)).await.unwrap();
+        c.restart_member(f, READY).await.unwrap();
         let leader = c.leader(Duration::from_secs(20)).await.unwrap();
         assert_ne!(leader, f);
         let mut cl = c.client(leader).await.unwrap();
@@ -708,7 +706,7 @@ async fn test_snapshot_save_and_restore_into_new_cluster() {
         for m in dst.members.iter_mut() {
             m.start();
         }
-        dst.wait_all_ready(Duration::from_secs(60)).await.unwrap();
+        dst.wait_all_ready(READY).await.unwrap();
         for i in 0..3 {
             let mut ci = dst.client(i).await.unwrap();
             let got = ci

@@ -16,10 +16,8 @@ use retcd_tests::{
     bounded, etcdctl35, grpc_error, http_post, initial_cluster_for, member_add_when_healthy,
     normalize_text, test_flavor, Cluster,
 };
+use retcd_tests::{limit::LONG as LIMIT, FAST, READY};
 
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(300);
-const READY: Duration = Duration::from_secs(60);
 const HEALTHY: Duration = Duration::from_secs(20);
 
 fn err_of<T: std::fmt::Debug>(r: Result<T, etcd_client::Error>) -> (tonic::Code, String) {

@@ -6,9 +6,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use retcd_tests::limit::QUICK as LIMIT;
 use retcd_tests::{bounded, test_flavor, Cluster};
-
-const LIMIT: Duration = Duration::from_secs(120);
 
 /// GET `path` on the member's client port over plain HTTP/1.1.
 fn http_get(endpoint: &str, path: &str) -> String {

@@ -13,11 +13,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use retcd_robustness::traffic;
+use retcd_tests::limit::SLOW as LIMIT;
 use retcd_tests::robustness::{wait_exit, Options, Report, Run};
 use retcd_tests::{bounded, member_add_when_healthy, test_flavor, Flavor};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const LIMIT: Duration = Duration::from_secs(600);
 
 /// The fault phase length: short by default, longer in long mode.
 fn phase() -> Duration {
@@ -648,7 +648,7 @@ async fn robustness_crash_at_conf_change() {
             .cluster
             .wait_member_ready(a, Duration::from_secs(20))
             .await;
-        let url = format!("http://127.0.0.1:{}", retcd_tests::ports::free_port());
+        let url = format!("http://127.0.0.1:{}", retcd_tests::free_port());
         let l = run.rc.leader().await.unwrap_or(l);
         let added = async {
             let mut cl = traffic::connect(&eps[l..=l], Duration::from_secs(3)).await?;

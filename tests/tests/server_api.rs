@@ -11,19 +11,17 @@
 //! same test.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_client::GetOptions;
-use retcd_tests::cluster::connect;
-use retcd_tests::ports::free_port;
+use retcd_launch::{initial_cluster, MemberFlags, Process};
+use retcd_tests::cluster::{connect, loopback_url as url};
+use retcd_tests::free_port;
 use retcd_tests::{bounded, etcdctl, etcdctl35, http_get, test_flavor, Cluster, Flavor, Output};
+use retcd_tests::{limit::SHORT as LIMIT, FAST, READY};
 use serde_json::Value;
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(180);
 
 fn show(o: &Output) -> String {
     format!(
@@ -432,17 +430,13 @@ async fn member_list_reports_flags() {
 // Self-spawned server processes (fixed ports / environment configuration).
 // ---------------------------------------------------------------------------
 
-/// A server process this test spawned itself; `Drop` SIGKILLs it by PID
-/// and reaps it.
-struct Proc {
-    child: Option<Child>,
-    log: PathBuf,
-}
+/// A server process this test spawned itself (a
+/// [`retcd_launch::Process`]: `Drop` SIGKILLs it by PID and reaps it),
+/// started with no `ETCD_*` variable of the test runner's environment.
+struct Proc(Process);
 
 impl Proc {
     fn spawn(mut cmd: Command, log: &Path) -> Proc {
-        let f = File::create(log).expect("create log");
-        let f2 = f.try_clone().expect("clone log fd");
         // Whatever the test runner's environment holds, only what the test
         // sets is seen by the server.
         for (k, _) in std::env::vars_os() {
@@ -450,38 +444,19 @@ impl Proc {
                 cmd.env_remove(&k);
             }
         }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(f))
-            .stderr(Stdio::from(f2))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        Proc {
-            child: Some(child),
-            log: log.to_path_buf(),
-        }
+        Proc(Process::spawn(&mut cmd, log).unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")))
     }
 
     fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let start = s.len().saturating_sub(4000);
-        let start = (start..s.len())
-            .find(|&i| s.is_char_boundary(i))
-            .unwrap_or(s.len());
-        s[start..].to_string()
+        self.0.log_tail(4000)
     }
 
     fn exited(&mut self) -> Option<ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.0.try_exit()
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.0.kill();
     }
 }
 
@@ -490,11 +465,10 @@ impl Drop for Proc {
         if std::thread::panicking() {
             eprintln!(
                 "----- log tail of {}:\n{}",
-                self.log.display(),
+                self.0.log_path().display(),
                 self.log_tail()
             );
         }
-        self.kill();
     }
 }
 
@@ -544,37 +518,29 @@ async fn ids_of(
     token: &str,
     dir: &Path,
 ) -> (u64, BTreeMap<String, u64>) {
-    let initial = ports
-        .iter()
-        .enumerate()
-        .map(|(i, (_, p))| format!("n{i}=http://127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let initial =
+        initial_cluster((ports.iter().enumerate()).map(|(i, (_, p))| (format!("n{i}"), url(*p))));
     let mut procs = Vec::new();
     for (i, (cp, pp)) in ports.iter().enumerate() {
-        let mut cmd = Command::new(flavor.binary());
-        cmd.args([
-            "--name".to_string(),
+        let (name, data_dir) = (
             format!("n{i}"),
-            "--data-dir".to_string(),
-            dir.join(format!("{}-n{i}.etcd", flavor.name()))
-                .display()
-                .to_string(),
-            "--listen-client-urls".to_string(),
-            format!("http://127.0.0.1:{cp}"),
-            "--advertise-client-urls".to_string(),
-            format!("http://127.0.0.1:{cp}"),
-            "--listen-peer-urls".to_string(),
-            format!("http://127.0.0.1:{pp}"),
-            "--initial-advertise-peer-urls".to_string(),
-            format!("http://127.0.0.1:{pp}"),
-            "--initial-cluster".to_string(),
-            initial.clone(),
-            "--initial-cluster-token".to_string(),
-            token.to_string(),
-            "--initial-cluster-state".to_string(),
-            "new".to_string(),
-        ]);
+            dir.join(format!("{}-n{i}.etcd", flavor.name())),
+        );
+        let (curl, purl) = (url(*cp), url(*pp));
+        let mut cmd = Command::new(flavor.binary());
+        cmd.args(
+            MemberFlags {
+                name: &name,
+                data_dir: &data_dir,
+                client_url: &curl,
+                peer_url: &purl,
+                advertise_peer_url: &purl,
+                initial_cluster: &initial,
+                token,
+                state: "new",
+            }
+            .args(),
+        );
         cmd.args(FAST);
         procs.push(Proc::spawn(
             cmd,
@@ -850,9 +816,7 @@ async fn sigterm_exits_cleanly_and_keeps_data() {
         for m in c.members.iter_mut() {
             m.restart();
         }
-        c.wait_all_ready(Duration::from_secs(60))
-            .await
-            .expect("restart");
+        c.wait_all_ready(READY).await.expect("restart");
         let want: Vec<(String, String)> = (0..100)
             .map(|i| (format!("gs/{i:03}"), format!("v{i}")))
             .collect();

@@ -18,10 +18,7 @@ use etcd_client::{
 };
 use retcd_tests::normalize::{normalize_json, normalize_text};
 use retcd_tests::{bounded, etcdctl_bin, test_flavor, Cluster, Flavor};
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(240);
-const READY: Duration = Duration::from_secs(60);
+use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 
 /// (mod revision, key, PUT/DELETE, value) of one event.
 type Ev = (i64, String, &'static str, String);
