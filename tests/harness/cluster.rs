@@ -33,6 +33,16 @@ impl Cluster {
     /// and waits (bounded by [`START_TIMEOUT`]) until every member answers
     /// `Status` and knows a leader.
     pub async fn start(flavor: Flavor, n: usize, extra_flags: &[&str]) -> Result<Cluster> {
+        let mut c = Cluster::create(flavor, n, extra_flags)?;
+        c.start_all().await?;
+        Ok(c)
+    }
+
+    /// The cluster [`Cluster::start`] starts, with no member started yet:
+    /// a test can put data into a member's (empty) `data_dir` first, e.g.
+    /// a data dir written by an older build. Start it with
+    /// [`Cluster::start_all`].
+    pub fn create(flavor: Flavor, n: usize, extra_flags: &[&str]) -> Result<Cluster> {
         let bin = flavor.binary();
         let dir = tempfile::Builder::new()
             .prefix(&format!("retcd-test-{}-", flavor.name()))
@@ -75,16 +85,20 @@ impl Cluster {
                 log,
             ));
         }
-        let mut c = Cluster {
+        Ok(Cluster {
             flavor,
             members,
             dir: Some(dir),
-        };
-        for m in c.members.iter_mut() {
+        })
+    }
+
+    /// Starts every member and waits (bounded by [`START_TIMEOUT`]) until
+    /// each answers `Status` and knows a leader.
+    pub async fn start_all(&mut self) -> Result<()> {
+        for m in self.members.iter_mut() {
             m.start();
         }
-        c.wait_all_ready(START_TIMEOUT).await?;
-        Ok(c)
+        self.wait_all_ready(START_TIMEOUT).await
     }
 
     /// A cluster of members built elsewhere in the harness (e.g. behind
