@@ -9,10 +9,15 @@
 //! -p retcd-tests` runs the same assertions against real etcd, which is how
 //! the tests themselves are validated.
 //!
-//! Process hygiene: every process is signalled by its own PID (never by
-//! name), and [`Member`]'s `Drop` SIGKILLs and reaps it, so a failing or
+//! Process hygiene: servers are started with `retcd-launch` (shared with
+//! `retcd-bench compare`); every process is signalled by its own PID (never
+//! by name), and [`Member`]'s `Drop` SIGKILLs and reaps it, so a failing or
 //! panicking test leaves no orphan. When a test panics, [`Cluster`]'s `Drop`
 //! prints the tail of every member's log.
+//!
+//! Shared timings live in [`timing`]: [`FAST`] election flags, [`READY`]
+//! and each test file's [`limit`]. Waits for a condition use
+//! [`retry_until`].
 
 pub mod binaries;
 pub mod cluster;

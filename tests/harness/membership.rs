@@ -8,6 +8,7 @@ use etcd_client::Client;
 
 use crate::cluster::{loopback_url, Cluster};
 use crate::process::Member;
+use crate::retry_until;
 use retcd_launch::{free_port, MemberFlags};
 
 impl Cluster {
@@ -78,15 +79,18 @@ impl Cluster {
 /// Waits (up to 10 s) for a list with the unnamed member: the member that
 /// answers may not have applied the add yet.
 pub async fn initial_cluster_for(client: &mut Client, new_name: &str) -> Result<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let list = loop {
-        let list = client.member_list().await?;
-        if list.members().iter().any(|m| m.name().is_empty())
-            || tokio::time::Instant::now() >= deadline
-        {
-            break list;
+    // Ok(an error) ends the wait at once; Err(a list without it) retries.
+    let every = Duration::from_millis(100);
+    let listed = retry_until(Duration::from_secs(10), every, async || {
+        match client.member_list().await {
+            Ok(list) if !list.members().iter().any(|m| m.name().is_empty()) => Err(list),
+            r => Ok(r),
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    })
+    .await;
+    let list = match listed {
+        Ok(r) => r?,
+        Err(last) => last,
     };
     let mut parts = Vec::new();
     for m in list.members() {
@@ -113,17 +117,14 @@ pub async fn member_add_when_healthy(
     learner: bool,
     timeout: Duration,
 ) -> std::result::Result<etcd_client::MemberAddResponse, etcd_client::Error> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
+    // Err(unhealthy) retries; Ok(any other answer) ends the wait.
+    let added = retry_until(timeout, Duration::from_millis(300), async || {
         let opts = learner.then(|| etcd_client::MemberAddOptions::new().with_is_learner());
         match client.member_add([peer_url.to_string()], opts).await {
-            Err(e)
-                if e.to_string().contains("unhealthy cluster")
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(300)).await
-            }
-            r => return r,
+            Err(e) if e.to_string().contains("unhealthy cluster") => Err(e),
+            r => Ok(r),
         }
-    }
+    })
+    .await;
+    added.unwrap_or_else(Err)
 }

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use etcd_client::{Client, CompactionOptions, GetOptions, Txn, TxnOp};
-use retcd_tests::{bounded, grpc_error, test_flavor, Cluster, Flavor};
+use retcd_tests::{bounded, grpc_error, retry_until, test_flavor, Cluster, Flavor};
 use retcd_tests::{limit::SLOW as LIMIT, FAST, READY};
 use tokio::time::{sleep, Instant};
 
@@ -310,14 +310,12 @@ async fn test_hash_kv_equal_on_every_member_during_and_after_deletion() {
         // The compaction is applied on the member that answered; wait until
         // every member has applied it before comparing them.
         for i in 0..3 {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while hash_at(&c, i, hr).await.1 < rev {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "member {i} did not apply the compaction at {rev}"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            let every = Duration::from_millis(10);
+            retry_until(Duration::from_secs(20), every, async || {
+                (hash_at(&c, i, hr).await.1 >= rev).then_some(()).ok_or(())
+            })
+            .await
+            .unwrap_or_else(|()| panic!("member {i} did not apply the compaction at {rev}"));
         }
 
         let mut samples = 0;

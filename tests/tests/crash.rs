@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
-use retcd_tests::{bounded, test_flavor, Cluster};
+use retcd_tests::{bounded, retry_until, test_flavor, Cluster};
 use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 
 const WRITERS: usize = 4;
@@ -58,15 +58,16 @@ impl Writers {
     }
 
     async fn wait_acked(&self, n: usize, timeout: Duration) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self.acked_count() < n {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "only {} of {n} puts acknowledged within {timeout:?}",
-                self.acked_count()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        retry_until(timeout, Duration::from_millis(10), async || {
+            let acked = self.acked_count();
+            if acked >= n {
+                Ok(())
+            } else {
+                Err(acked)
+            }
+        })
+        .await
+        .unwrap_or_else(|acked| panic!("only {acked} of {n} puts acknowledged within {timeout:?}"));
     }
 
     /// Stops the writers (each finishes its in-flight put, bounded by the

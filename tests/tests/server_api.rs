@@ -19,7 +19,9 @@ use etcd_client::GetOptions;
 use retcd_launch::{initial_cluster, MemberFlags, Process};
 use retcd_tests::cluster::{connect, loopback_url as url};
 use retcd_tests::free_port;
-use retcd_tests::{bounded, etcdctl, etcdctl35, http_get, test_flavor, Cluster, Flavor, Output};
+use retcd_tests::{
+    bounded, etcdctl, etcdctl35, http_get, retry_until, test_flavor, Cluster, Flavor, Output,
+};
 use retcd_tests::{limit::SHORT as LIMIT, FAST, READY};
 use serde_json::Value;
 
@@ -363,8 +365,8 @@ async fn member_list_reports_flags() {
         for (i, m) in c.members.iter().enumerate() {
             let ep = vec![m.endpoint()];
             // Client URLs of other members are learnt via the cluster; poll.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let (cid, got_json) = loop {
+            let every = Duration::from_millis(200);
+            let listed = retry_until(Duration::from_secs(10), every, async || {
                 let (cid, members, raw) = tokio::task::block_in_place(|| member_list_json(&ep));
                 let got: BTreeSet<(String, String, String)> = members
                     .iter()
@@ -376,20 +378,22 @@ async fn member_list_reports_flags() {
                         )
                     })
                     .collect();
-                if got == want {
-                    for mm in &members {
-                        let learner = mm.get("isLearner").cloned().unwrap_or(Value::Bool(false));
-                        assert_eq!(learner, Value::Bool(false), "member {i}: {raw}");
-                        assert!(u64_field(mm, "ID") > 0, "{raw}");
-                    }
-                    break (cid, members);
+                if got != want {
+                    return Err((got, raw));
                 }
-                assert!(
-                    Instant::now() < deadline,
+                for mm in &members {
+                    let learner = mm.get("isLearner").cloned().unwrap_or(Value::Bool(false));
+                    assert_eq!(learner, Value::Bool(false), "member {i}: {raw}");
+                    assert!(u64_field(mm, "ID") > 0, "{raw}");
+                }
+                Ok((cid, members))
+            })
+            .await;
+            let (cid, got_json) = listed.unwrap_or_else(|(got, raw)| {
+                panic!(
                     "member list from m{i} after 10 s:\n got  {got:?}\n want {want:?}\n raw {raw}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            };
+                )
+            });
             assert!(cid > 0);
             // Simple format: "ID, started, name, peerURLs, clientURLs, isLearner".
             let o = tokio::task::block_in_place(|| etcdctl(&ep, &["member", "list"]));
@@ -475,8 +479,7 @@ impl Drop for Proc {
 /// Polls `member list -w json` on `ep` until it answers with `n` members
 /// whose client URLs are all known (bounded by 60 s).
 async fn wait_member_list(ep: &str, n: usize, procs: &mut [Proc]) -> (u64, Vec<Value>) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let listed = retry_until(READY, Duration::from_millis(200), async || {
         for p in procs.iter_mut() {
             if let Some(st) = p.exited() {
                 panic!("server exited early ({st}):\n{}", p.log_tail());
@@ -497,16 +500,18 @@ async fn wait_member_list(ep: &str, n: usize, procs: &mut [Proc]) -> (u64, Vec<V
                 && leader != 0
                 && ms.iter().all(|m| !strings(&m["clientURLs"]).is_empty())
             {
-                return (u64_field(&v["header"], "cluster_id"), ms);
+                return Ok((u64_field(&v["header"], "cluster_id"), ms));
             }
         }
-        assert!(
-            Instant::now() < deadline,
+        Err((leader, o))
+    })
+    .await;
+    listed.unwrap_or_else(|(leader, o)| {
+        panic!(
             "no {n}-member list with a leader (Status.leader = {leader}) from {ep} within 60 s; last member list: {}",
             show(&o)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        )
+    })
 }
 
 /// Starts a 3-member cluster of `flavor` on the given ports with the given
@@ -602,15 +607,18 @@ async fn http_health_and_version() {
         let port = c.members[0].client_port;
         let t = Duration::from_secs(5);
 
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let h = loop {
+        let every = Duration::from_millis(200);
+        let h = retry_until(Duration::from_secs(10), every, async || {
             let h =
                 tokio::task::block_in_place(|| http_get(port, "/health", t)).expect("GET /health");
-            if h.status == 200 || Instant::now() >= deadline {
-                break h;
+            if h.status == 200 {
+                Ok(h)
+            } else {
+                Err(h)
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        })
+        .await
+        .unwrap_or_else(|last| last);
         assert_eq!(h.status, 200, "GET /health: {h:?}");
         let v = h.json().expect("/health JSON");
         assert_eq!(
@@ -620,18 +628,20 @@ async fn http_health_and_version() {
         );
 
         // etcdcluster may be "not_decided" for a moment after start.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let v = loop {
+        let v = retry_until(Duration::from_secs(10), every, async || {
             let r = tokio::task::block_in_place(|| http_get(port, "/version", t))
                 .expect("GET /version");
             assert_eq!(r.status, 200, "GET /version: {r:?}");
             let v = r.json().expect("/version JSON");
             let cl = v["etcdcluster"].as_str().unwrap_or_default().to_string();
-            if cl.starts_with(version_prefix(c.flavor)) || Instant::now() >= deadline {
-                break v;
+            if cl.starts_with(version_prefix(c.flavor)) {
+                Ok(v)
+            } else {
+                Err(v)
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        })
+        .await
+        .unwrap_or_else(|last| last);
         for k in ["etcdserver", "etcdcluster"] {
             assert!(
                 v[k].is_string(),
@@ -824,38 +834,34 @@ async fn sigterm_exits_cleanly_and_keeps_data() {
             let cl = c.client(i).await.expect("client");
             // Serializable: what this member itself holds after restart (a
             // follower stopped right after the leader may still catch up).
-            let got = retcd_tests::retry_until(
-                Duration::from_secs(10),
-                Duration::from_millis(200),
-                || {
-                    let mut cl = cl.clone();
-                    let want = want.clone();
-                    async move {
-                        let r = cl
-                            .get(
-                                "gs/",
-                                Some(GetOptions::new().with_prefix().with_serializable()),
+            let got = retry_until(Duration::from_secs(10), Duration::from_millis(200), || {
+                let mut cl = cl.clone();
+                let want = want.clone();
+                async move {
+                    let r = cl
+                        .get(
+                            "gs/",
+                            Some(GetOptions::new().with_prefix().with_serializable()),
+                        )
+                        .await
+                        .map_err(|e| format!("{e}"))?;
+                    let got: Vec<(String, String)> = r
+                        .kvs()
+                        .iter()
+                        .map(|kv| {
+                            (
+                                kv.key_str().unwrap_or_default().to_string(),
+                                kv.value_str().unwrap_or_default().to_string(),
                             )
-                            .await
-                            .map_err(|e| format!("{e}"))?;
-                        let got: Vec<(String, String)> = r
-                            .kvs()
-                            .iter()
-                            .map(|kv| {
-                                (
-                                    kv.key_str().unwrap_or_default().to_string(),
-                                    kv.value_str().unwrap_or_default().to_string(),
-                                )
-                            })
-                            .collect();
-                        if got == want {
-                            Ok(got)
-                        } else {
-                            Err(format!("{} keys: {got:?}", got.len()))
-                        }
+                        })
+                        .collect();
+                    if got == want {
+                        Ok(got)
+                    } else {
+                        Err(format!("{} keys: {got:?}", got.len()))
                     }
-                },
-            )
+                }
+            })
             .await;
             assert!(got.is_ok(), "keys on m{i} after restart: {got:?}");
         }
