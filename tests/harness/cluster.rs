@@ -9,11 +9,11 @@ use tempfile::TempDir;
 
 use crate::binaries::Flavor;
 use crate::etcdctl::{etcdctl, etcdctl_with_stdin, Output};
-use crate::ports::free_port;
 use crate::process::Member;
+use retcd_launch::{free_port, initial_cluster, MemberFlags, NotReady};
 
 /// How long [`Cluster::start`] waits for every member to serve.
-pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+pub const START_TIMEOUT: Duration = crate::timing::READY;
 
 /// N members started with etcd's flags, data dirs and logs in one temp dir.
 /// Dropping the cluster SIGKILLs every process it started; when the thread
@@ -33,18 +33,25 @@ impl Cluster {
     /// and waits (bounded by [`START_TIMEOUT`]) until every member answers
     /// `Status` and knows a leader.
     pub async fn start(flavor: Flavor, n: usize, extra_flags: &[&str]) -> Result<Cluster> {
+        let mut c = Cluster::create(flavor, n, extra_flags)?;
+        c.start_all().await?;
+        Ok(c)
+    }
+
+    /// The cluster [`Cluster::start`] starts, with no member started yet:
+    /// a test can put data into a member's (empty) `data_dir` first, e.g.
+    /// a data dir written by an older build. Start it with
+    /// [`Cluster::start_all`].
+    pub fn create(flavor: Flavor, n: usize, extra_flags: &[&str]) -> Result<Cluster> {
         let bin = flavor.binary();
         let dir = tempfile::Builder::new()
             .prefix(&format!("retcd-test-{}-", flavor.name()))
             .tempdir()
             .context("create temp dir")?;
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
-        let initial_cluster = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let initial_cluster = initial_cluster(
+            (ports.iter().enumerate()).map(|(i, (_, p))| (format!("m{i}"), loopback_url(*p))),
+        );
         let token = format!(
             "tok-{}-{}",
             std::process::id(),
@@ -52,33 +59,24 @@ impl Cluster {
         );
         let mut members = Vec::with_capacity(n);
         for (i, (cport, pport)) in ports.iter().copied().enumerate() {
-            let data_dir = dir.path().join(format!("m{i}.etcd"));
-            let curl = format!("http://127.0.0.1:{cport}");
-            let purl = format!("http://127.0.0.1:{pport}");
-            let mut args: Vec<String> = vec![
-                "--name".into(),
-                format!("m{i}"),
-                "--data-dir".into(),
-                data_dir.display().to_string(),
-                "--listen-client-urls".into(),
-                curl.clone(),
-                "--advertise-client-urls".into(),
-                curl,
-                "--listen-peer-urls".into(),
-                purl.clone(),
-                "--initial-advertise-peer-urls".into(),
-                purl,
-                "--initial-cluster".into(),
-                initial_cluster.clone(),
-                "--initial-cluster-token".into(),
-                token.clone(),
-                "--initial-cluster-state".into(),
-                "new".into(),
-            ];
+            let name = format!("m{i}");
+            let data_dir = dir.path().join(format!("{name}.etcd"));
+            let (curl, purl) = (loopback_url(cport), loopback_url(pport));
+            let mut args = MemberFlags {
+                name: &name,
+                data_dir: &data_dir,
+                client_url: &curl,
+                peer_url: &purl,
+                advertise_peer_url: &purl,
+                initial_cluster: &initial_cluster,
+                token: &token,
+                state: "new",
+            }
+            .args();
             args.extend(extra_flags.iter().map(|s| s.to_string()));
-            let log = dir.path().join(format!("m{i}.log"));
+            let log = dir.path().join(format!("{name}.log"));
             members.push(Member::new(
-                format!("m{i}"),
+                name,
                 cport,
                 pport,
                 bin.clone(),
@@ -87,16 +85,20 @@ impl Cluster {
                 log,
             ));
         }
-        let mut c = Cluster {
+        Ok(Cluster {
             flavor,
             members,
             dir: Some(dir),
-        };
-        for m in c.members.iter_mut() {
+        })
+    }
+
+    /// Starts every member and waits (bounded by [`START_TIMEOUT`]) until
+    /// each answers `Status` and knows a leader.
+    pub async fn start_all(&mut self) -> Result<()> {
+        for m in self.members.iter_mut() {
             m.start();
         }
-        c.wait_all_ready(START_TIMEOUT).await?;
-        Ok(c)
+        self.wait_all_ready(START_TIMEOUT).await
     }
 
     /// A cluster of members built elsewhere in the harness (e.g. behind
@@ -146,37 +148,28 @@ impl Cluster {
         Ok((id, st.leader()))
     }
 
-    /// Waits until member `i` answers `Status` with a non-zero leader.
+    /// Waits until member `i` answers `Status` with a non-zero leader
+    /// (see [`retcd_launch::Process::wait_ready`]); fails at once if it is
+    /// not running or exits meanwhile.
     pub async fn wait_member_ready(&mut self, i: usize, timeout: Duration) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let res: Result<()> = loop {
-            let attempt: Result<()> = async {
-                if !self.members[i].is_running() {
-                    bail!("{} is not running (exited)", self.members[i].name);
-                }
-                let (_, leader) = self.status_of(i).await?;
-                if leader == 0 {
-                    bail!("{} has no leader yet", self.members[i].name);
-                }
-                Ok(())
-            }
-            .await;
-            match attempt {
-                Ok(()) => break Ok(()),
-                Err(e)
-                    if !self.members[i].is_running() || tokio::time::Instant::now() >= deadline =>
-                {
-                    break Err(e)
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
+        let m = &mut self.members[i];
+        let endpoint = m.endpoint();
+        let res = match m.process_mut() {
+            None => Err(format!("{} is not running", m.name)),
+            Some(p) => match p.wait_ready(&endpoint, timeout, REQUEST_TIMEOUT).await {
+                Ok(()) => Ok(()),
+                Err(NotReady::Exited(st)) => Err(format!("{} exited ({st})", m.name)),
+                Err(e) => Err(e.to_string()),
+            },
         };
         res.map_err(|e| {
+            // Forgets an exited process (so it can be started again).
+            m.is_running();
             anyhow!(
-                "{} not ready (waited at most {timeout:?}): {e:#}\n--- log tail of {}:\n{}",
-                self.members[i].name,
-                self.members[i].name,
-                self.members[i].log_tail(4000)
+                "{} not ready (waited at most {timeout:?}): {e}\n--- log tail of {}:\n{}",
+                m.name,
+                m.name,
+                m.log_tail(4000)
             )
         })
     }
@@ -218,18 +211,13 @@ impl Cluster {
 
     /// Waits (bounded) until some running member is leader; returns its index.
     pub async fn leader(&mut self, timeout: Duration) -> Result<usize> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            match self.leader_once().await {
-                Ok(i) => return Ok(i),
-                Err(e) if tokio::time::Instant::now() >= deadline => {
-                    return Err(e.context(format!(
-                        "no leader within {timeout:?}\n{}",
-                        self.log_tails(3000)
-                    )))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
+        let every = Duration::from_millis(50);
+        match crate::retry_until(timeout, every, async || self.leader_once().await).await {
+            Ok(i) => Ok(i),
+            Err(e) => Err(e.context(format!(
+                "no leader within {timeout:?}\n{}",
+                self.log_tails(3000)
+            ))),
         }
     }
 
@@ -258,11 +246,19 @@ impl Cluster {
     }
 }
 
+/// How long a harness client waits for an answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `http://127.0.0.1:<port>`.
+pub fn loopback_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
 /// Connects an etcd-client to `endpoints` (1 s connect, 5 s per request).
 pub async fn connect(endpoints: &[String]) -> Result<Client> {
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
-        .with_timeout(Duration::from_secs(5));
+        .with_timeout(REQUEST_TIMEOUT);
     Ok(Client::connect(endpoints, Some(opts)).await?)
 }
 

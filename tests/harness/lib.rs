@@ -9,10 +9,15 @@
 //! -p retcd-tests` runs the same assertions against real etcd, which is how
 //! the tests themselves are validated.
 //!
-//! Process hygiene: every process is signalled by its own PID (never by
-//! name), and [`Member`]'s `Drop` SIGKILLs and reaps it, so a failing or
+//! Process hygiene: servers are started with `retcd-launch` (shared with
+//! `retcd-bench compare`); every process is signalled by its own PID (never
+//! by name), and [`Member`]'s `Drop` SIGKILLs and reaps it, so a failing or
 //! panicking test leaves no orphan. When a test panics, [`Cluster`]'s `Drop`
 //! prints the tail of every member's log.
+//!
+//! Shared timings live in [`timing`]: [`FAST`] election flags, [`READY`]
+//! and each test file's [`limit`]. Waits for a condition use
+//! [`retry_until`].
 
 pub mod binaries;
 pub mod cluster;
@@ -20,9 +25,9 @@ pub mod etcdctl;
 pub mod http;
 pub mod membership;
 pub mod normalize;
-pub mod ports;
 pub mod process;
 pub mod robustness;
+pub mod timing;
 pub mod transcript;
 pub mod wal;
 
@@ -35,6 +40,8 @@ pub use http::{http_get, http_post, HttpResponse};
 pub use membership::{initial_cluster_for, member_add_when_healthy};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};
 pub use process::Member;
+pub use retcd_launch::free_port;
+pub use timing::{limit, FAST, READY};
 pub use transcript::{assert_same_lines, same_as_etcd};
 
 use std::future::Future;
@@ -48,11 +55,17 @@ pub fn test_flavor() -> Flavor {
 
 /// Runs `f` until it returns `Ok`, at most until `timeout` has passed,
 /// sleeping `every` between tries. Returns the last error on timeout.
-pub async fn retry_until<T, E, F, Fut>(timeout: Duration, every: Duration, mut f: F) -> Result<T, E>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-{
+///
+/// `f` is tried at least once; the last try is the first one that ends
+/// at or after the deadline. It may borrow from its surroundings,
+/// mutably too (`async || { n += 1; cl.get(k, None).await }`), and may
+/// itself panic on an error no retry can cure. A plain condition is
+/// `async || if ok() { Ok(()) } else { Err(what_was_seen) }`.
+pub async fn retry_until<T, E>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl AsyncFnMut() -> Result<T, E>,
+) -> Result<T, E> {
     let deadline = Instant::now() + timeout;
     loop {
         match f().await {

@@ -6,9 +6,10 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use etcd_client::Client;
 
-use crate::cluster::Cluster;
-use crate::ports::free_port;
+use crate::cluster::{loopback_url, Cluster};
 use crate::process::Member;
+use crate::retry_until;
+use retcd_launch::{free_port, MemberFlags};
 
 impl Cluster {
     /// The `--initial-cluster-token` the cluster was started with.
@@ -40,28 +41,18 @@ impl Cluster {
     ) -> usize {
         let dir = self.dir();
         let data_dir = dir.join(format!("{name}.etcd"));
-        let curl = format!("http://127.0.0.1:{client_port}");
-        let purl = format!("http://127.0.0.1:{peer_port}");
-        let mut args: Vec<String> = vec![
-            "--name".into(),
-            name.into(),
-            "--data-dir".into(),
-            data_dir.display().to_string(),
-            "--listen-client-urls".into(),
-            curl.clone(),
-            "--advertise-client-urls".into(),
-            curl,
-            "--listen-peer-urls".into(),
-            purl.clone(),
-            "--initial-advertise-peer-urls".into(),
-            purl,
-            "--initial-cluster".into(),
-            initial_cluster.into(),
-            "--initial-cluster-token".into(),
-            self.token(),
-            "--initial-cluster-state".into(),
-            "existing".into(),
-        ];
+        let (curl, purl) = (loopback_url(client_port), loopback_url(peer_port));
+        let mut args = MemberFlags {
+            name,
+            data_dir: &data_dir,
+            client_url: &curl,
+            peer_url: &purl,
+            advertise_peer_url: &purl,
+            initial_cluster,
+            token: &self.token(),
+            state: "existing",
+        }
+        .args();
         args.extend(extra_flags.iter().map(|s| s.to_string()));
         let log = dir.join(format!("{name}.log"));
         self.members.push(Member::new(
@@ -88,15 +79,18 @@ impl Cluster {
 /// Waits (up to 10 s) for a list with the unnamed member: the member that
 /// answers may not have applied the add yet.
 pub async fn initial_cluster_for(client: &mut Client, new_name: &str) -> Result<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let list = loop {
-        let list = client.member_list().await?;
-        if list.members().iter().any(|m| m.name().is_empty())
-            || tokio::time::Instant::now() >= deadline
-        {
-            break list;
+    // Ok(an error) ends the wait at once; Err(a list without it) retries.
+    let every = Duration::from_millis(100);
+    let listed = retry_until(Duration::from_secs(10), every, async || {
+        match client.member_list().await {
+            Ok(list) if !list.members().iter().any(|m| m.name().is_empty()) => Err(list),
+            r => Ok(r),
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    })
+    .await;
+    let list = match listed {
+        Ok(r) => r?,
+        Err(last) => last,
     };
     let mut parts = Vec::new();
     for m in list.members() {
@@ -123,17 +117,14 @@ pub async fn member_add_when_healthy(
     learner: bool,
     timeout: Duration,
 ) -> std::result::Result<etcd_client::MemberAddResponse, etcd_client::Error> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
+    // Err(unhealthy) retries; Ok(any other answer) ends the wait.
+    let added = retry_until(timeout, Duration::from_millis(300), async || {
         let opts = learner.then(|| etcd_client::MemberAddOptions::new().with_is_learner());
         match client.member_add([peer_url.to_string()], opts).await {
-            Err(e)
-                if e.to_string().contains("unhealthy cluster")
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(300)).await
-            }
-            r => return r,
+            Err(e) if e.to_string().contains("unhealthy cluster") => Err(e),
+            r => Ok(r),
         }
-    }
+    })
+    .await;
+    added.unwrap_or_else(Err)
 }

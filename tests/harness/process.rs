@@ -1,13 +1,16 @@
 //! One server process (a cluster member) and the signals a test sends it.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::OpenOptions;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use retcd_launch::Process;
 
 /// A member of a test cluster: its flags, data dir, log file and, while it
-/// runs, its process. Dropping a `Member` SIGKILLs and reaps its process.
+/// runs, its process (a [`retcd_launch::Process`]). Dropping a `Member`
+/// SIGKILLs and reaps its process.
 #[derive(Debug)]
 pub struct Member {
     pub name: String,
@@ -17,17 +20,7 @@ pub struct Member {
     args: Vec<String>,
     data_dir: PathBuf,
     log_path: PathBuf,
-    child: Option<Child>,
-}
-
-/// Sends `sig` (a name such as `TERM`, `STOP`) to one PID with `kill(1)`.
-/// (The workspace forbids `unsafe`, so no direct `libc::kill`.)
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .args(["-s", sig, &pid.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    process: Option<Process>,
 }
 
 impl Member {
@@ -48,7 +41,7 @@ impl Member {
             args,
             data_dir,
             log_path,
-            child: None,
+            process: None,
         }
     }
 
@@ -87,14 +80,19 @@ impl Member {
 
     /// The PID of the running process, if any.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.process.as_ref().map(Process::pid)
+    }
+
+    /// The process while it is known to run (it may have exited since).
+    pub(crate) fn process_mut(&mut self) -> Option<&mut Process> {
+        self.process.as_mut()
     }
 
     /// Starts the process with the member's flags and data dir. Panics if it
     /// is already running. Does not wait for it to serve; see
     /// [`crate::Cluster::wait_member_ready`].
     pub fn start(&mut self) {
-        assert!(self.child.is_none(), "{} is already running", self.name);
+        assert!(self.process.is_none(), "{} is already running", self.name);
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -106,15 +104,9 @@ impl Member {
             self.bin.display(),
             self.args.join(" ")
         );
-        let err = log.try_clone().expect("clone log fd");
-        let child = Command::new(&self.bin)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            .spawn()
+        let p = Process::spawn(Command::new(&self.bin).args(&self.args), &self.log_path)
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
-        self.child = Some(child);
+        self.process = Some(p);
     }
 
     /// Restarts a stopped or killed member with the same flags and data dir
@@ -126,23 +118,16 @@ impl Member {
 
     /// Whether the process is running (reaps it if it has exited).
     pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut() {
-            None => false,
-            Some(c) => match c.try_wait() {
-                Ok(None) => true,
-                _ => {
-                    self.child = None;
-                    false
-                }
-            },
+        let running = self.process.as_mut().is_some_and(Process::is_running);
+        if !running {
+            self.process = None;
         }
+        running
     }
 
     /// SIGKILL by PID, then reap. A no-op when not running.
     pub fn kill(&mut self) -> Option<ExitStatus> {
-        let mut c = self.child.take()?;
-        let _ = c.kill();
-        c.wait().ok()
+        self.process.take()?.kill()
     }
 
     /// SIGTERM by PID, wait up to 10 s for it to exit, then SIGKILL.
@@ -153,66 +138,39 @@ impl Member {
     /// SIGTERM (SIGCONT first, in case it is paused), wait up to `grace`,
     /// then SIGKILL. Returns the exit status.
     pub fn stop_within(&mut self, grace: Duration) -> Option<ExitStatus> {
-        let pid = self.pid()?;
-        signal(pid, "CONT");
-        signal(pid, "TERM");
-        if let Some(st) = self.wait_exit(grace) {
-            return Some(st);
-        }
-        self.kill()
+        self.process.take()?.stop_within(grace)
     }
 
     /// SIGSTOP by PID.
     pub fn pause(&self) {
-        if let Some(pid) = self.pid() {
-            signal(pid, "STOP");
+        if let Some(p) = &self.process {
+            p.pause();
         }
     }
 
     /// SIGCONT by PID.
     pub fn resume(&self) {
-        if let Some(pid) = self.pid() {
-            signal(pid, "CONT");
+        if let Some(p) = &self.process {
+            p.resume();
         }
     }
 
     /// Waits up to `timeout` for the process to exit by itself; returns its
     /// status (and forgets the process) if it did.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let c = self.child.as_mut()?;
-            if let Ok(Some(st)) = c.try_wait() {
-                self.child = None;
-                return Some(st);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let st = self.process.as_mut()?.wait_exit(timeout)?;
+        self.process = None;
+        Some(st)
     }
 
     /// The whole log (stdout + stderr of every run).
     pub fn log(&self) -> String {
-        let mut s = Vec::new();
-        if let Ok(mut f) = File::open(&self.log_path) {
-            let _ = f.read_to_end(&mut s);
-        }
-        String::from_utf8_lossy(&s).into_owned()
+        retcd_launch::read_log(&self.log_path)
     }
 
     /// The last `max_bytes` of the log.
     pub fn log_tail(&self, max_bytes: u64) -> String {
-        let mut f = match File::open(&self.log_path) {
-            Ok(f) => f,
-            Err(e) => return format!("(no log: {e})"),
-        };
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let _ = f.seek(SeekFrom::Start(len.saturating_sub(max_bytes)));
-        let mut s = Vec::new();
-        let _ = f.read_to_end(&mut s);
-        String::from_utf8_lossy(&s).into_owned()
+        retcd_launch::log_tail(&self.log_path, max_bytes)
     }
 }
 

@@ -30,12 +30,11 @@ use retcd_robustness::watch::{self, Filter, WatchRecord};
 use tokio::task::JoinHandle;
 
 use crate::binaries::{workspace_root, Flavor};
-use crate::cluster::Cluster;
-use crate::ports::free_port;
+use crate::cluster::{loopback_url, Cluster};
 use crate::process::Member;
+use retcd_launch::{free_port, initial_cluster, MemberFlags};
 
-/// Flags every robustness cluster gets: fast elections.
-pub const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
+use crate::timing::FAST;
 
 /// The retcd binary built with `--features failpoints` into
 /// `target/failpoints` (built once per test process; `$RETCD_FAILPOINTS_BIN`
@@ -268,12 +267,9 @@ impl RbCluster {
                 proxies.push(Proxy::start(*a, target, seed.wrapping_add(i as u64)).await?);
             }
         }
-        let initial_cluster = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, _, a))| format!("m{i}=http://127.0.0.1:{a}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let initial_cluster = initial_cluster(
+            (ports.iter().enumerate()).map(|(i, (_, _, a))| (format!("m{i}"), loopback_url(*a))),
+        );
         let token = format!("rb-{}-{}", std::process::id(), seed);
         let server = if opts.failpoints {
             assert_eq!(opts.flavor, Flavor::Retcd, "failpoints need retcd");
@@ -291,27 +287,18 @@ impl RbCluster {
                     mounts.push(TmpfsMount::mount(&data_dir, bytes)?);
                 }
             }
-            let curl = format!("http://127.0.0.1:{c}");
-            let mut flags: Vec<String> = vec![
-                "--name".into(),
-                format!("m{i}"),
-                "--data-dir".into(),
-                data_dir.display().to_string(),
-                "--listen-client-urls".into(),
-                curl.clone(),
-                "--advertise-client-urls".into(),
-                curl,
-                "--listen-peer-urls".into(),
-                format!("http://127.0.0.1:{p}"),
-                "--initial-advertise-peer-urls".into(),
-                format!("http://127.0.0.1:{a}"),
-                "--initial-cluster".into(),
-                initial_cluster.clone(),
-                "--initial-cluster-token".into(),
-                token.clone(),
-                "--initial-cluster-state".into(),
-                "new".into(),
-            ];
+            let (curl, purl, apurl) = (loopback_url(c), loopback_url(p), loopback_url(a));
+            let mut flags = MemberFlags {
+                name: &format!("m{i}"),
+                data_dir: &data_dir,
+                client_url: &curl,
+                peer_url: &purl,
+                advertise_peer_url: &apurl,
+                initial_cluster: &initial_cluster,
+                token: &token,
+                state: "new",
+            }
+            .args();
             flags.extend(opts.flags.iter().cloned());
             let fp = dir.path().join(format!("m{i}.failpoints"));
             let (bin, args) = if opts.failpoints {
@@ -485,7 +472,7 @@ impl RbCluster {
                 self.restart(i);
             }
         }
-        self.cluster.wait_all_ready(Duration::from_secs(60)).await
+        self.cluster.wait_all_ready(crate::timing::READY).await
     }
 }
 

@@ -20,13 +20,12 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Permission, PutOptions,
     Txn, TxnOp, TxnResponse, WatchOptions, WatchStream,
 };
+use retcd_tests::limit::NORMAL as LIMIT;
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::{
-    assert_same_lines, etcdctl, etcdctl35, etcdctl_with_stdin, grpc_error, same_as_etcd, Cluster,
-    Flavor,
+    assert_same_lines, etcdctl, etcdctl35, etcdctl_with_stdin, grpc_error, retry_until,
+    same_as_etcd, Cluster, Flavor,
 };
-
-const LIMIT: Duration = Duration::from_secs(240);
 
 /// The observable outcomes of one scenario on one flavour.
 struct Transcript {
@@ -545,15 +544,13 @@ async fn expiry_scenario(flavor: Flavor) -> Transcript {
     let put = PutOptions::new().with_lease(*lease.as_ref().unwrap_or(&0));
     rec!(t, "bob put app/x with the lease" => bob.put("app/x", "1", Some(put)), unit);
     rec!(t, "bob get app/x" => bob.get("app/x", None), kvs);
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let mut gone = false;
-    while !gone && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        gone = bob
-            .get("app/x", None)
-            .await
-            .is_ok_and(|r| r.kvs().is_empty());
-    }
+    let every = Duration::from_millis(250);
+    let gone = retry_until(Duration::from_secs(15), every, async || {
+        let r = bob.get("app/x", None).await;
+        r.is_ok_and(|r| r.kvs().is_empty()).then_some(()).ok_or(())
+    })
+    .await
+    .is_ok();
     t.push(format!("app/x gone within 15 s of the grant: {gone}"));
     if !gone {
         t.violations.push("the expired lease's key stays".into());

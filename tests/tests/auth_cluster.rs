@@ -16,20 +16,20 @@
 //! so one member's token can be tried on another. JWT keys come from
 //! `openssl` (RSA 2048: PKCS#8 private key, SPKI public key).
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use retcd_api::etcdserverpb::{
     auth_client::AuthClient, kv_client::KvClient, maintenance_client::MaintenanceClient,
     AuthenticateRequest, PutRequest, RangeRequest, StatusRequest,
 };
+use retcd_launch::Process;
+use retcd_tests::free_port;
 use retcd_tests::normalize::normalize_output;
-use retcd_tests::ports::free_port;
-use retcd_tests::{assert_same_lines, etcdctl, same_as_etcd, Cluster, Flavor};
+use retcd_tests::{assert_same_lines, etcdctl, retry_until, same_as_etcd, Cluster, Flavor};
+use retcd_tests::{limit::LONG as LIMIT, READY};
 use serde_json::Value;
 use tonic::{Request, Response, Status};
-
-const LIMIT: Duration = Duration::from_secs(300);
 
 /// The observable outcomes of one scenario on one flavour.
 struct Transcript {
@@ -99,16 +99,27 @@ impl Transcript {
             let tok = toks.iter().find(|t| t.0 == tok).expect("script: token");
             let tok = tok.1;
             let key = args[2].trim_matches('\'');
-            let deadline = Instant::now() + Duration::from_secs(5);
-            let out = loop {
-                let out = match args[1] {
-                    "put" => put(ep, tok, key).await,
-                    _ => range(ep, tok, key).await,
-                };
-                if !retry || out.starts_with(want) || Instant::now() >= deadline {
-                    break out;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            let call = async || match args[1] {
+                "put" => put(ep, tok, key).await,
+                _ => range(ep, tok, key).await,
+            };
+            let out = match retry {
+                false => call().await,
+                // `~`: until the answer is the expected one, at most 5 s.
+                true => retry_until(
+                    Duration::from_secs(5),
+                    Duration::from_millis(100),
+                    async || {
+                        let out = call().await;
+                        if out.starts_with(want) {
+                            Ok(out)
+                        } else {
+                            Err(out)
+                        }
+                    },
+                )
+                .await
+                .unwrap_or_else(|last| last),
             };
             match aside {
                 true => eprintln!("{} (not compared): {label} => {out}", self.flavor.name()),
@@ -269,7 +280,7 @@ async fn check_state(t: &mut Transcript, eps: &[String], first: &mut Vec<String>
 /// Stops member 0 (SIGTERM) and starts it again.
 async fn restart(c: &mut Cluster) {
     c.members[0].stop();
-    let r = c.restart_member(0, Duration::from_secs(60)).await;
+    let r = c.restart_member(0, READY).await;
     r.expect("restart");
 }
 
@@ -370,38 +381,31 @@ async fn probe_start(flavor: Flavor, flags: &[&str]) -> String {
         "--name p0 --listen-client-urls {c} --advertise-client-urls {c} \
         --listen-peer-urls {p} --initial-advertise-peer-urls {p} --initial-cluster p0={p}"
     );
-    let log = std::fs::File::create(dir.path().join("log")).expect("log");
-    let mut child = Command::new(flavor.binary())
-        .args(args.split_whitespace())
+    let mut cmd = Command::new(flavor.binary());
+    cmd.args(args.split_whitespace())
         .arg("--data-dir")
         .arg(dir.path().join("p0.etcd"))
-        .args(flags)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("spawn server");
+        .args(flags);
+    let mut server = Process::spawn(&mut cmd, &dir.path().join("log")).expect("spawn server");
     let status = || async {
         let mut m = MaintenanceClient::connect(c.clone()).await.ok()?;
         m.status(StatusRequest {}).await.ok()
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let (out, code) = loop {
-        if let Ok(Some(st)) = child.try_wait() {
+    let every = Duration::from_millis(100);
+    let seen = retry_until(Duration::from_secs(20), every, async || {
+        if let Some(st) = server.try_exit() {
             let out = if st.success() { "exited 0" } else { "refused" };
-            break (out, st.to_string());
+            return Ok((out, st.to_string()));
         }
         let serves = tokio::time::timeout(Duration::from_millis(500), status()).await;
-        if matches!(serves, Ok(Some(_))) {
-            break ("serves", String::new());
+        match serves {
+            Ok(Some(_)) => Ok(("serves", String::new())),
+            _ => Err(()),
         }
-        if Instant::now() >= deadline {
-            break ("neither exits nor serves within 20s", String::new());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let _ = child.kill();
-    let _ = child.wait();
+    })
+    .await;
+    let (out, code) = seen.unwrap_or(("neither exits nor serves within 20s", String::new()));
+    server.kill();
     let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
     let tail = log.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
     let name = flavor.name();

@@ -6,11 +6,9 @@
 //! not timed benchmarks: numbers are not checked, only that the tool works.
 
 use std::process::Command;
-use std::time::Duration;
 
+use retcd_tests::limit::LONG as LIMIT;
 use retcd_tests::{bench_bin, bounded, retcd_bin, test_flavor, Cluster};
-
-const LIMIT: Duration = Duration::from_secs(300);
 
 /// Runs the tool; panics with its output unless it exits 0.
 fn bench(args: &[&str]) -> String {

@@ -6,11 +6,8 @@
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
-use retcd_tests::{bounded, test_flavor, Cluster, Flavor};
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(240);
-const READY: Duration = Duration::from_secs(60);
+use retcd_tests::{bounded, retry_until, test_flavor, Cluster, Flavor};
+use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 
 /// (key, value, create_revision, mod_revision, version) of every key under `prefix`.
 type Kvs = Vec<(String, String, i64, i64, i64)>;
@@ -44,24 +41,28 @@ async fn read_prefix(
 /// Polls a serializable read of `prefix` on member `i` until it equals
 /// `want` (header revision and kvs), bounded by `timeout`.
 async fn wait_caught_up(c: &Cluster, i: usize, prefix: &str, want: &(i64, Kvs), timeout: Duration) {
-    let deadline = tokio::time::Instant::now() + timeout;
     let mut last = None;
-    loop {
-        if let Ok(mut cl) = c.client(i).await {
-            match read_prefix(&mut cl, prefix, true).await {
-                Ok(got) if &got == want => return,
-                Ok(got) => last = Some(format!("revision {} with {} keys", got.0, got.1.len())),
-                Err(e) => last = Some(format!("error {e}")),
+    let caught_up = retry_until(timeout, Duration::from_millis(100), async || {
+        let mut cl = c.client(i).await.map_err(|_| ())?;
+        match read_prefix(&mut cl, prefix, true).await {
+            Ok(got) if &got == want => Ok(()),
+            Ok(got) => {
+                last = Some(format!("revision {} with {} keys", got.0, got.1.len()));
+                Err(())
+            }
+            Err(e) => {
+                last = Some(format!("error {e}"));
+                Err(())
             }
         }
-        if tokio::time::Instant::now() >= deadline {
-            panic!(
-                "member {i} did not catch up within {timeout:?}: want revision {} with {} keys, last saw {last:?}",
-                want.0,
-                want.1.len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    })
+    .await;
+    if caught_up.is_err() {
+        panic!(
+            "member {i} did not catch up within {timeout:?}: want revision {} with {} keys, last saw {last:?}",
+            want.0,
+            want.1.len()
+        );
     }
 }
 
@@ -144,7 +145,7 @@ async fn leader_killed_new_leader_elected_old_leader_catches_up() {
         for j in 0..20 {
             let key = format!("fo/after/{j}");
             // A write may race the election; retry a few times, bounded.
-            retcd_tests::retry_until(Duration::from_secs(10), Duration::from_millis(100), || {
+            retry_until(Duration::from_secs(10), Duration::from_millis(100), || {
                 let mut cl = cl.clone();
                 let key = key.clone();
                 async move { cl.put(key, "after", None).await }

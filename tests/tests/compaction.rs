@@ -22,11 +22,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use etcd_client::{Client, CompactionOptions, GetOptions, Txn, TxnOp};
-use retcd_tests::{bounded, grpc_error, test_flavor, Cluster, Flavor};
+use retcd_tests::{bounded, grpc_error, retry_until, test_flavor, Cluster, Flavor};
+use retcd_tests::{limit::SLOW as LIMIT, FAST, READY};
 use tokio::time::{sleep, Instant};
 
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(600);
 const KEYS_TOTAL: &str = "etcd_debugging_mvcc_db_compaction_keys_total";
 const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
 
@@ -311,14 +310,12 @@ async fn test_hash_kv_equal_on_every_member_during_and_after_deletion() {
         // The compaction is applied on the member that answered; wait until
         // every member has applied it before comparing them.
         for i in 0..3 {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while hash_at(&c, i, hr).await.1 < rev {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "member {i} did not apply the compaction at {rev}"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            let every = Duration::from_millis(10);
+            retry_until(Duration::from_secs(20), every, async || {
+                (hash_at(&c, i, hr).await.1 >= rev).then_some(()).ok_or(())
+            })
+            .await
+            .unwrap_or_else(|()| panic!("member {i} did not apply the compaction at {rev}"));
         }
 
         let mut samples = 0;
@@ -431,7 +428,7 @@ async fn restore_single(file: &std::path::Path, flags: &[&str]) -> Cluster {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     m.start();
-    dst.wait_all_ready(Duration::from_secs(60)).await.unwrap();
+    dst.wait_all_ready(READY).await.unwrap();
     dst
 }
 
@@ -502,9 +499,7 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
             .stop_within(Duration::from_secs(20))
             .expect("stopped");
         assert!(st.success(), "SIGTERM mid-deletion: {st:?}");
-        c.restart_member(other, Duration::from_secs(60))
-            .await
-            .unwrap();
+        c.restart_member(other, READY).await.unwrap();
         assert!(c.members[other]
             .log()
             .contains("resume scheduled compaction"));
@@ -522,9 +517,7 @@ async fn test_kill_mid_deletion_resumes_at_restart() {
         eprintln!(
             "KILL: m{victim} killed part-way (another member had deleted {killed_at} of {doomed})"
         );
-        c.restart_member(victim, Duration::from_secs(60))
-            .await
-            .unwrap();
+        c.restart_member(victim, READY).await.unwrap();
         let log = c.members[victim].log();
         assert!(
             log.contains("resume scheduled compaction"),

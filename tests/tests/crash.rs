@@ -8,11 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
-use retcd_tests::{bounded, test_flavor, Cluster};
+use retcd_tests::{bounded, retry_until, test_flavor, Cluster};
+use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(240);
-const READY: Duration = Duration::from_secs(60);
 const WRITERS: usize = 4;
 
 /// Concurrent writers putting unique keys `crash/w{w}/{seq:06}` = `val-{w}-{seq}`,
@@ -60,15 +58,16 @@ impl Writers {
     }
 
     async fn wait_acked(&self, n: usize, timeout: Duration) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self.acked_count() < n {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "only {} of {n} puts acknowledged within {timeout:?}",
-                self.acked_count()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        retry_until(timeout, Duration::from_millis(10), async || {
+            let acked = self.acked_count();
+            if acked >= n {
+                Ok(())
+            } else {
+                Err(acked)
+            }
+        })
+        .await
+        .unwrap_or_else(|acked| panic!("only {acked} of {n} puts acknowledged within {timeout:?}"));
     }
 
     /// Stops the writers (each finishes its in-flight put, bounded by the

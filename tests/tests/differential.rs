@@ -8,25 +8,19 @@
 //! code); a failure lists every differing command with both outputs.
 //! Revisions are compared exactly: both stores start empty.
 
-use std::time::Duration;
-
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::{bounded, grpc_error, test_flavor, Cluster, Flavor, Output};
+use retcd_tests::{limit::NORMAL as LIMIT, FAST};
 
-/// Flags both servers start with (the limits are exercised by the scripts).
-const FLAGS: &[&str] = &[
-    "--heartbeat-interval",
-    "50",
-    "--election-timeout",
-    "500",
-    "--max-request-bytes",
-    "1024",
-    "--max-txn-ops",
-    "4",
-];
+/// Limits both servers start with besides [`FAST`] (the scripts exercise
+/// them).
+const LIMITS: &[&str] = &["--max-request-bytes", "1024", "--max-txn-ops", "4"];
 
-const LIMIT: Duration = Duration::from_secs(240);
+/// Flags both servers start with.
+fn flags() -> Vec<&'static str> {
+    [FAST, LIMITS].concat()
+}
 
 /// One etcdctl invocation of a script.
 struct Step {
@@ -88,10 +82,10 @@ fn show(o: &Output) -> String {
 /// Starts the reference and the target, runs `steps` in order on both, and
 /// panics listing every command whose normalised output differs.
 async fn differential(steps: Vec<Step>) {
-    let reference = Cluster::start(Flavor::Etcd, 1, FLAGS)
+    let reference = Cluster::start(Flavor::Etcd, 1, &flags())
         .await
         .expect("start reference etcd");
-    let target = Cluster::start(test_flavor(), 1, FLAGS)
+    let target = Cluster::start(test_flavor(), 1, &flags())
         .await
         .expect("start target");
     let mut failures = Vec::new();
@@ -483,10 +477,10 @@ async fn grpc_script(c: &mut Client) -> Vec<(String, bool, GrpcResult)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_grpc_errors() {
     bounded(LIMIT, async {
-        let reference = Cluster::start(Flavor::Etcd, 1, FLAGS)
+        let reference = Cluster::start(Flavor::Etcd, 1, &flags())
             .await
             .expect("start reference etcd");
-        let target = Cluster::start(test_flavor(), 1, FLAGS)
+        let target = Cluster::start(test_flavor(), 1, &flags())
             .await
             .expect("start target");
         let r = grpc_script(&mut reference.client(0).await.expect("connect")).await;

@@ -26,10 +26,10 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use retcd_tests::limit::SHORT as LIMIT;
 use retcd_tests::{bounded, normalize_text, test_flavor, Cluster, Flavor};
 use serde_json::Value;
 
-const LIMIT: Duration = Duration::from_secs(180);
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One step a line: `[auth=TOKEN] STATUS[:code|:status] METHOD PATH [BODY]`

@@ -10,12 +10,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, LeaseGrantOptions, LeaseTimeToLiveOptions, PutOptions};
 use retcd_tests::normalize::normalize_output;
-use retcd_tests::{bounded, grpc_error, test_flavor, Cluster, Flavor, Output};
+use retcd_tests::{bounded, grpc_error, retry_until, test_flavor, Cluster, Flavor, Output};
+use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 use tokio::time::{sleep, Instant};
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(240);
-const READY: Duration = Duration::from_secs(60);
 
 /// Lease IDs the scripts choose (hex as etcdctl prints them: 1000, 2000).
 const L1: i64 = 0x1000;
@@ -360,17 +357,12 @@ async fn expect_expiry(c: &mut Client, key: &str, last: Instant, ttl: Duration, 
     let early = last + ttl - Duration::from_millis(300);
     sleep(early.saturating_duration_since(Instant::now())).await;
     assert!(key_exists(c, key).await, "{key} vanished before its TTL");
-    let deadline = last + ttl + slack;
-    loop {
-        if !key_exists(c, key).await {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} still there {slack:?} after its TTL"
-        );
-        sleep(Duration::from_millis(100)).await;
-    }
+    let until_deadline = (last + ttl + slack).saturating_duration_since(Instant::now());
+    retry_until(until_deadline, Duration::from_millis(100), async || {
+        (!key_exists(c, key).await).then_some(()).ok_or(())
+    })
+    .await
+    .unwrap_or_else(|()| panic!("{key} still there {slack:?} after its TTL"));
 }
 
 /// 1 member: keepalives hold a 3 s lease for 6 s; once they stop, the key
@@ -556,14 +548,17 @@ async fn lease_survives_restart() {
         k.keep_alive().await.unwrap();
         assert_eq!(s.message().await.unwrap().unwrap().ttl(), 600);
         // The short lease restarted from its full TTL and expires.
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while key_exists(&mut cl, "rs/short").await {
-            assert!(
-                Instant::now() < deadline,
-                "rs/short never expired after the restart"
-            );
-            sleep(Duration::from_millis(200)).await;
-        }
+        retry_until(
+            Duration::from_secs(15),
+            Duration::from_millis(200),
+            async || {
+                (!key_exists(&mut cl, "rs/short").await)
+                    .then_some(())
+                    .ok_or(())
+            },
+        )
+        .await
+        .expect("rs/short never expired after the restart");
         assert!(key_exists(&mut cl, "rs/long").await);
     })
     .await;
@@ -596,13 +591,12 @@ async fn lease_checkpoint_survives_leader_change() {
         c.members[leader].kill();
         let new_leader = c.leader(READY).await.unwrap();
         assert_ne!(new_leader, leader);
-        let r =
-            retcd_tests::retry_until(Duration::from_secs(10), Duration::from_millis(100), || {
-                let mut cl = cl.clone();
-                async move { cl.lease_time_to_live(id, None).await }
-            })
-            .await
-            .expect("timetolive after failover");
+        let r = retry_until(Duration::from_secs(10), Duration::from_millis(100), || {
+            let mut cl = cl.clone();
+            async move { cl.lease_time_to_live(id, None).await }
+        })
+        .await
+        .expect("timetolive after failover");
         assert_eq!(r.granted_ttl(), 30);
         assert!(
             r.ttl() <= 28,
@@ -634,15 +628,12 @@ async fn lease_keepalive_on_a_replaced_leader_reaches_the_new_one() {
         keeper.keep_alive().await.unwrap();
         assert!(stream.message().await.unwrap().unwrap().ttl() > 0);
         c.members[old].pause();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        retry_until(Duration::from_secs(30), Duration::from_millis(50), async || {
             let (_, leader) = c.status_of(other).await.unwrap_or((0, 0));
-            if leader != 0 && leader != old_id {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no new leader while the old one is paused");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            (leader != 0 && leader != old_id).then_some(()).ok_or(())
+        })
+        .await
+        .expect("no new leader while the old one is paused");
         // let the lease run down on the new leader (8 s + its promotion
         // extension of one election timeout)
         tokio::time::sleep(Duration::from_secs(4)).await;

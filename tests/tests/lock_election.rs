@@ -10,9 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, LockOptions, ProclaimOptions, ResignOptions};
-use retcd_tests::{bounded, etcdctl_bin, grpc_error, Cluster, Flavor};
-
-const LIMIT: Duration = Duration::from_secs(120);
+use retcd_tests::limit::QUICK as LIMIT;
+use retcd_tests::{bounded, etcdctl_bin, grpc_error, retry_until, Cluster, Flavor};
 
 /// An `etcdctl` left running in the background (lock holder, candidate,
 /// observer); its stdout is collected line by line. Killed by PID on drop.
@@ -52,14 +51,11 @@ impl Bg {
 
     /// Waits until stdout contains `needle`; false on timeout.
     async fn wait_for(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.output().contains(needle) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
+        retry_until(timeout, Duration::from_millis(50), async || {
+            self.output().contains(needle).then_some(()).ok_or(())
+        })
+        .await
+        .is_ok()
     }
 
     /// SIGTERM: etcdctl unlocks / resigns on it. Then waits for the exit.

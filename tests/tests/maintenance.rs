@@ -14,11 +14,9 @@ use std::time::Duration;
 use etcd_client::{
     AlarmAction, AlarmType, Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp,
 };
-use retcd_tests::{bounded, etcdctl35, grpc_error, test_flavor, Cluster, Flavor};
+use retcd_tests::{bounded, etcdctl35, grpc_error, retry_until, test_flavor, Cluster, Flavor};
+use retcd_tests::{limit::LONG as LIMIT, FAST, READY};
 use tokio::time::{sleep, Instant};
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(300);
 
 fn flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut v: Vec<&str> = FAST.to_vec();
@@ -77,21 +75,17 @@ async fn test_quota_nospace_alarm_and_recovery() {
         // The alarm is on every member (it went through raft).
         for i in 0..3 {
             let mut ci = c.client(i).await.unwrap();
-            let resp = retcd_tests::retry_until(
-                Duration::from_secs(5),
-                Duration::from_millis(100),
-                || {
-                    let mut ci = ci.clone();
-                    async move {
-                        let r = ci.alarm(AlarmAction::Get, AlarmType::None, None).await?;
-                        if r.alarms().is_empty() {
-                            Err(anyhow::anyhow!("no alarm yet"))
-                        } else {
-                            Ok(r)
-                        }
+            let resp = retry_until(Duration::from_secs(5), Duration::from_millis(100), || {
+                let mut ci = ci.clone();
+                async move {
+                    let r = ci.alarm(AlarmAction::Get, AlarmType::None, None).await?;
+                    if r.alarms().is_empty() {
+                        Err(anyhow::anyhow!("no alarm yet"))
+                    } else {
+                        Ok(r)
                     }
-                },
-            )
+                }
+            })
             .await
             .unwrap();
             // every member whose apply found its own backend over quota
@@ -453,25 +447,23 @@ async fn test_corrupt_check_raises_corrupt_alarm() {
             .wait_member_ready(bad, Duration::from_secs(30))
             .await
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let alarms = loop {
-            let r = cl.alarm(AlarmAction::Get, AlarmType::None, None).await;
-            if let Ok(r) = r {
-                if r.alarms().iter().any(|a| a.alarm() == AlarmType::Corrupt) {
-                    break r
+        let alarms = retry_until(
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+            async || {
+                let r = cl.alarm(AlarmAction::Get, AlarmType::None, None).await;
+                match r {
+                    Ok(r) if r.alarms().iter().any(|a| a.alarm() == AlarmType::Corrupt) => Ok(r
                         .alarms()
                         .iter()
                         .map(|a| (a.member_id(), a.alarm()))
-                        .collect::<Vec<_>>();
+                        .collect::<Vec<_>>()),
+                    _ => Err(()),
                 }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "CORRUPT never raised\n{}",
-                rb.cluster.log_tails(4000)
-            );
-            sleep(Duration::from_millis(200)).await;
-        };
+            },
+        )
+        .await
+        .unwrap_or_else(|()| panic!("CORRUPT never raised\n{}", rb.cluster.log_tails(4000)));
         eprintln!("CORRUPT: alarms {alarms:?} (corrupted member m{bad})");
         // The leader's hash is right, so the alarm names the corrupted member.
         let (bad_id, _) = rb.cluster.status_of(bad).await.unwrap();
@@ -571,7 +563,7 @@ async fn test_quota_checked_at_apply_on_a_follower() {
         let quota = st.db_size() + 3_000_000;
         c.members[f].kill();
         c.members[f].add_args(&["--quota-backend-bytes", &quota.to_string()]);
-        c.restart_member(f, Duration::from_secs(60)).await.unwrap();
+        c.restart_member(f, READY).await.unwrap();
         let leader = c.leader(Duration::from_secs(20)).await.unwrap();
         assert_ne!(leader, f);
         let mut cl = c.client(leader).await.unwrap();
@@ -582,20 +574,19 @@ async fn test_quota_checked_at_apply_on_a_follower() {
             flavor.name()
         );
         assert!(n > 0);
-        let alarms =
-            retcd_tests::retry_until(Duration::from_secs(10), Duration::from_millis(100), || {
-                let mut cl = cl.clone();
-                async move {
-                    let r = cl.alarm(AlarmAction::Get, AlarmType::None, None).await?;
-                    if r.alarms().is_empty() {
-                        Err(anyhow::anyhow!("no alarm yet"))
-                    } else {
-                        Ok(r)
-                    }
+        let alarms = retry_until(Duration::from_secs(10), Duration::from_millis(100), || {
+            let mut cl = cl.clone();
+            async move {
+                let r = cl.alarm(AlarmAction::Get, AlarmType::None, None).await?;
+                if r.alarms().is_empty() {
+                    Err(anyhow::anyhow!("no alarm yet"))
+                } else {
+                    Ok(r)
                 }
-            })
-            .await
-            .unwrap();
+            }
+        })
+        .await
+        .unwrap();
         let raised: Vec<(u64, AlarmType)> = alarms
             .alarms()
             .iter()
@@ -708,7 +699,7 @@ async fn test_snapshot_save_and_restore_into_new_cluster() {
         for m in dst.members.iter_mut() {
             m.start();
         }
-        dst.wait_all_ready(Duration::from_secs(60)).await.unwrap();
+        dst.wait_all_ready(READY).await.unwrap();
         for i in 0..3 {
             let mut ci = dst.client(i).await.unwrap();
             let got = ci
@@ -897,19 +888,18 @@ async fn test_auto_compaction_revision() {
                 .unwrap()
                 .revision();
         }
-        let crev =
-            retcd_tests::retry_until(Duration::from_secs(10), Duration::from_millis(200), || {
-                let mut cl = cl.clone();
-                async move {
-                    let c = compact_revision(&mut cl).await;
-                    if c == last - 10 {
-                        Ok(c)
-                    } else {
-                        Err(c)
-                    }
+        let crev = retry_until(Duration::from_secs(10), Duration::from_millis(200), || {
+            let mut cl = cl.clone();
+            async move {
+                let c = compact_revision(&mut cl).await;
+                if c == last - 10 {
+                    Ok(c)
+                } else {
+                    Err(c)
                 }
-            })
-            .await;
+            }
+        })
+        .await;
         assert_eq!(crev, Ok(last - 10));
     })
     .await;

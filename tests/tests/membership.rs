@@ -14,12 +14,10 @@ use etcd_client::{Client, GetOptions};
 use retcd_tests::cluster::connect;
 use retcd_tests::{
     bounded, etcdctl35, grpc_error, http_post, initial_cluster_for, member_add_when_healthy,
-    normalize_text, test_flavor, Cluster,
+    normalize_text, retry_until, test_flavor, Cluster,
 };
+use retcd_tests::{limit::LONG as LIMIT, FAST, READY};
 
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(300);
-const READY: Duration = Duration::from_secs(60);
 const HEALTHY: Duration = Duration::from_secs(20);
 
 fn err_of<T: std::fmt::Debug>(r: Result<T, etcd_client::Error>) -> (tonic::Code, String) {
@@ -31,46 +29,37 @@ fn err_of<T: std::fmt::Debug>(r: Result<T, etcd_client::Error>) -> (tonic::Code,
 
 /// Polls a serializable read of `key` on `endpoint` until it has `value`.
 async fn wait_key(endpoint: &str, key: &str, value: &str, timeout: Duration) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Ok(mut c) = connect(&[endpoint.to_string()]).await {
-            if let Ok(r) = c
-                .get(key, Some(GetOptions::new().with_serializable()))
-                .await
-            {
-                if r.kvs().first().map(|kv| kv.value()) == Some(value.as_bytes()) {
-                    return;
-                }
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{endpoint} did not get {key}={value} within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    retry_until(timeout, Duration::from_millis(100), async || {
+        let mut c = connect(&[endpoint.to_string()]).await.map_err(|_| ())?;
+        let opts = GetOptions::new().with_serializable();
+        let r = c.get(key, Some(opts)).await.map_err(|_| ())?;
+        let got = r.kvs().first().map(|kv| kv.value());
+        (got == Some(value.as_bytes())).then_some(()).ok_or(())
+    })
+    .await
+    .unwrap_or_else(|()| panic!("{endpoint} did not get {key}={value} within {timeout:?}"));
 }
 
 /// Promotes `id`, retrying while the learner is not yet in sync.
 async fn promote_when_ready(c: &mut Client, id: u64, timeout: Duration) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        match c.member_promote(id).await {
-            Ok(_) => return,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                let msg = e.to_string();
-                assert!(
-                    msg.contains("in sync with leader")
-                        || msg.contains("unhealthy")
-                        || msg.contains("leader")
-                        || msg.contains("timed out"),
-                    "unexpected promote error: {msg}"
-                );
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            Err(e) => panic!("promote of {id:x} did not succeed within {timeout:?}: {e}"),
-        }
-    }
+    retry_until(timeout, Duration::from_millis(300), async || {
+        let e = match c.member_promote(id).await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        // Retried only while the learner is catching up.
+        let msg = e.to_string();
+        assert!(
+            msg.contains("in sync with leader")
+                || msg.contains("unhealthy")
+                || msg.contains("leader")
+                || msg.contains("timed out"),
+            "unexpected promote error: {msg}"
+        );
+        Err(e)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("promote of {id:x} did not succeed within {timeout:?}: {e}"));
 }
 
 /// Member ids by name (the unnamed, unstarted member under "").
@@ -175,18 +164,14 @@ async fn test_learner_join_promote_update_remove() {
         let i = c.add_joining_member("m3", cport, pport, &ic, FAST);
         c.members[i].start();
         wait_key(&c.members[i].endpoint(), "k19", "v19", READY).await;
-        let deadline = tokio::time::Instant::now() + READY;
-        loop {
+        retry_until(READY, Duration::from_millis(100), async || {
             let ids = ids_by_name(&mut cl).await;
-            if ids.get("m3") == Some(&(new_id, true)) {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "started learner publishes its name: {ids:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            (ids.get("m3") == Some(&(new_id, true)))
+                .then_some(())
+                .ok_or(ids)
+        })
+        .await
+        .unwrap_or_else(|ids| panic!("started learner publishes its name: {ids:?}"));
         // Its ID came from its URL and the time in seconds: a second
         // later the same URL gives another ID, so this is the URL check.
         tokio::time::sleep_until(added_at + Duration::from_millis(1100)).await;
@@ -404,19 +389,11 @@ async fn test_learner_rejects_all_but_status_and_serializable_range() {
 
         // promoted: everything is served
         promote_when_ready(&mut cl, id, READY).await;
-        let deadline = tokio::time::Instant::now() + READY;
-        loop {
-            match l.put("x", "y", None).await {
-                Ok(_) => break,
-                Err(e) => {
-                    assert!(
-                        tokio::time::Instant::now() < deadline,
-                        "put after promote: {e}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
+        retry_until(READY, Duration::from_millis(100), async || {
+            l.put("x", "y", None).await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("put after promote: {e}"));
         l.get("foo", None)
             .await
             .expect("linearizable get after promote");
@@ -620,18 +597,23 @@ async fn test_replace_every_member_under_load() {
             }
             let mut cl = connect(&snapshot_of(&live)).await.expect("client");
             let old_id = ids_by_name(&mut cl).await[&format!("m{old}")].0;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                match cl.member_remove(old_id).await {
-                    Ok(_) => break,
-                    Err(e) if e.to_string().contains("member not found") => break,
-                    Err(e) if retryable(&e) && tokio::time::Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(300)).await;
+            // Retried (through a new client) while the error is one a
+            // retry can cure; "member not found" is a removal already done.
+            retry_until(
+                Duration::from_secs(30),
+                Duration::from_millis(300),
+                async || match cl.member_remove(old_id).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.to_string().contains("member not found") => Ok(()),
+                    Err(e) if retryable(&e) => {
                         cl = connect(&snapshot_of(&live)).await.expect("client");
+                        Err(e)
                     }
                     Err(e) => panic!("remove m{old}: {e}"),
-                }
-            }
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("remove m{old}: {e}"));
             assert!(
                 c.members[old].wait_exit(Duration::from_secs(30)).is_some(),
                 "removed m{old} exits"
@@ -639,20 +621,14 @@ async fn test_replace_every_member_under_load() {
             // Every live member has applied the removal before the next
             // member is added (its --initial-cluster is built from a list).
             for ep in snapshot_of(&live) {
-                let deadline = tokio::time::Instant::now() + READY;
-                loop {
+                retry_until(READY, Duration::from_millis(100), async || {
                     let mut one = connect(std::slice::from_ref(&ep)).await.expect("client");
-                    if let Ok(l) = one.member_list().await {
-                        if l.members().iter().all(|m| m.id() != old_id) {
-                            break;
-                        }
-                    }
-                    assert!(
-                        tokio::time::Instant::now() < deadline,
-                        "{ep} still lists m{old}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                    let l = one.member_list().await.map_err(|_| ())?;
+                    let gone = l.members().iter().all(|m| m.id() != old_id);
+                    gone.then_some(()).ok_or(())
+                })
+                .await
+                .unwrap_or_else(|()| panic!("{ep} still lists m{old}"));
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -734,19 +710,13 @@ async fn test_etcdctl_member_commands() {
         let mut cl = c.client(0).await.expect("client");
         // Every member has published its client URLs (etcd serves only
         // after its publish is applied; retcd may answer Status earlier).
-        let deadline = tokio::time::Instant::now() + READY;
-        while !cl
-            .member_list()
-            .await
-            .map(|l| l.members().iter().all(|m| !m.client_urls().is_empty()))
-            .unwrap_or(false)
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "members never published"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        retry_until(READY, Duration::from_millis(100), async || {
+            let l = cl.member_list().await.map_err(|_| ())?;
+            let published = l.members().iter().all(|m| !m.client_urls().is_empty());
+            published.then_some(()).ok_or(())
+        })
+        .await
+        .expect("members never published");
         let mut transcript = String::new();
         let mut run = |c: &Cluster, args: &[&str]| {
             // One endpoint: lists are local, so read-your-writes needs

@@ -13,11 +13,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use retcd_robustness::traffic;
+use retcd_tests::limit::SLOW as LIMIT;
 use retcd_tests::robustness::{wait_exit, Options, Report, Run};
-use retcd_tests::{bounded, member_add_when_healthy, test_flavor, Flavor};
+use retcd_tests::{bounded, member_add_when_healthy, retry_until, test_flavor, Flavor};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const LIMIT: Duration = Duration::from_secs(600);
 
 /// The fault phase length: short by default, longer in long mode.
 fn phase() -> Duration {
@@ -192,18 +192,8 @@ async fn robustness_blackhole_follower_until_snapshot() {
         let mut cl = retcd_robustness::traffic::connect(&eps[0..2], Duration::from_secs(3))
             .await
             .expect("connect");
-        let start = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-        loop {
-            let idx = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
-            if idx >= start + 300 || tokio::time::Instant::now() > deadline {
-                eprintln!(
-                    "robustness: raft index moved from {start} to {idx}; lifting the blackhole"
-                );
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let (start, idx) = raft_index_moved(&mut cl, 300).await;
+        eprintln!("robustness: raft index moved from {start} to {idx}; lifting the blackhole");
         run.rc.proxies[f].blackhole_all(false);
         let resumed = std::time::Instant::now();
         while resumed.elapsed() < Duration::from_secs(3) {
@@ -419,16 +409,12 @@ async fn robustness_crash_at_each_failpoint() {
             run.rc.set_failpoints(i, &spec);
             run.rc.kill(i);
             run.rc.restart(i);
-            let deadline = tokio::time::Instant::now() + per_point * 3;
-            let crashed = loop {
-                if !run.rc.cluster.members[i].is_running() {
-                    break true;
-                }
-                if tokio::time::Instant::now() > deadline {
-                    break false;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            };
+            let member = &mut run.rc.cluster.members[i];
+            let crashed = retry_until(per_point * 3, Duration::from_millis(50), async || {
+                (!member.is_running()).then_some(()).ok_or(())
+            })
+            .await
+            .is_ok();
             eprintln!(
                 "robustness: m{i} {} at {fp}",
                 if crashed { "crashed" } else { "did not reach" }
@@ -539,16 +525,29 @@ async fn wait_raft_index_moved(run: &Run, members: &[usize], by: u64) {
     let Ok(mut cl) = traffic::connect(&eps, Duration::from_secs(3)).await else {
         return;
     };
+    let (start, idx) = raft_index_moved(&mut cl, by).await;
+    eprintln!("robustness: raft index moved from {start} to {idx}");
+}
+
+/// Waits (at most 40 s, then goes on) until the raft index `cl` sees moved
+/// `by` on; returns the index at the start and the last one seen.
+async fn raft_index_moved(cl: &mut etcd_client::Client, by: u64) -> (u64, u64) {
     let start = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    loop {
-        let idx = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
-        if idx >= start + by || tokio::time::Instant::now() > deadline {
-            eprintln!("robustness: raft index moved from {start} to {idx}");
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let idx = retry_until(
+        Duration::from_secs(40),
+        Duration::from_millis(200),
+        async || {
+            let idx = cl.status().await.map(|s| s.raft_index()).unwrap_or(0);
+            if idx >= start + by {
+                Ok(idx)
+            } else {
+                Err(idx)
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|idx| idx);
+    (start, idx)
 }
 
 /// A follower cut off until the leader compacted its log gets a snapshot
@@ -622,7 +621,7 @@ async fn robustness_crash_at_conf_change() {
         };
         // Every member lists the same members, `n` of them.
         let agree = |n: usize| async move {
-            retcd_tests::retry_until(
+            retry_until(
                 Duration::from_secs(20),
                 Duration::from_millis(300),
                 || async {
@@ -648,7 +647,7 @@ async fn robustness_crash_at_conf_change() {
             .cluster
             .wait_member_ready(a, Duration::from_secs(20))
             .await;
-        let url = format!("http://127.0.0.1:{}", retcd_tests::ports::free_port());
+        let url = format!("http://127.0.0.1:{}", retcd_tests::free_port());
         let l = run.rc.leader().await.unwrap_or(l);
         let added = async {
             let mut cl = traffic::connect(&eps[l..=l], Duration::from_secs(3)).await?;

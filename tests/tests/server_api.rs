@@ -11,19 +11,19 @@
 //! same test.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_client::GetOptions;
-use retcd_tests::cluster::connect;
-use retcd_tests::ports::free_port;
-use retcd_tests::{bounded, etcdctl, etcdctl35, http_get, test_flavor, Cluster, Flavor, Output};
+use retcd_launch::{initial_cluster, MemberFlags, Process};
+use retcd_tests::cluster::{connect, loopback_url as url};
+use retcd_tests::free_port;
+use retcd_tests::{
+    bounded, etcdctl, etcdctl35, http_get, retry_until, test_flavor, Cluster, Flavor, Output,
+};
+use retcd_tests::{limit::SHORT as LIMIT, FAST, READY};
 use serde_json::Value;
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(180);
 
 fn show(o: &Output) -> String {
     format!(
@@ -365,8 +365,8 @@ async fn member_list_reports_flags() {
         for (i, m) in c.members.iter().enumerate() {
             let ep = vec![m.endpoint()];
             // Client URLs of other members are learnt via the cluster; poll.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let (cid, got_json) = loop {
+            let every = Duration::from_millis(200);
+            let listed = retry_until(Duration::from_secs(10), every, async || {
                 let (cid, members, raw) = tokio::task::block_in_place(|| member_list_json(&ep));
                 let got: BTreeSet<(String, String, String)> = members
                     .iter()
@@ -378,20 +378,22 @@ async fn member_list_reports_flags() {
                         )
                     })
                     .collect();
-                if got == want {
-                    for mm in &members {
-                        let learner = mm.get("isLearner").cloned().unwrap_or(Value::Bool(false));
-                        assert_eq!(learner, Value::Bool(false), "member {i}: {raw}");
-                        assert!(u64_field(mm, "ID") > 0, "{raw}");
-                    }
-                    break (cid, members);
+                if got != want {
+                    return Err((got, raw));
                 }
-                assert!(
-                    Instant::now() < deadline,
+                for mm in &members {
+                    let learner = mm.get("isLearner").cloned().unwrap_or(Value::Bool(false));
+                    assert_eq!(learner, Value::Bool(false), "member {i}: {raw}");
+                    assert!(u64_field(mm, "ID") > 0, "{raw}");
+                }
+                Ok((cid, members))
+            })
+            .await;
+            let (cid, got_json) = listed.unwrap_or_else(|(got, raw)| {
+                panic!(
                     "member list from m{i} after 10 s:\n got  {got:?}\n want {want:?}\n raw {raw}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            };
+                )
+            });
             assert!(cid > 0);
             // Simple format: "ID, started, name, peerURLs, clientURLs, isLearner".
             let o = tokio::task::block_in_place(|| etcdctl(&ep, &["member", "list"]));
@@ -432,17 +434,13 @@ async fn member_list_reports_flags() {
 // Self-spawned server processes (fixed ports / environment configuration).
 // ---------------------------------------------------------------------------
 
-/// A server process this test spawned itself; `Drop` SIGKILLs it by PID
-/// and reaps it.
-struct Proc {
-    child: Option<Child>,
-    log: PathBuf,
-}
+/// A server process this test spawned itself (a
+/// [`retcd_launch::Process`]: `Drop` SIGKILLs it by PID and reaps it),
+/// started with no `ETCD_*` variable of the test runner's environment.
+struct Proc(Process);
 
 impl Proc {
     fn spawn(mut cmd: Command, log: &Path) -> Proc {
-        let f = File::create(log).expect("create log");
-        let f2 = f.try_clone().expect("clone log fd");
         // Whatever the test runner's environment holds, only what the test
         // sets is seen by the server.
         for (k, _) in std::env::vars_os() {
@@ -450,38 +448,19 @@ impl Proc {
                 cmd.env_remove(&k);
             }
         }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(f))
-            .stderr(Stdio::from(f2))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        Proc {
-            child: Some(child),
-            log: log.to_path_buf(),
-        }
+        Proc(Process::spawn(&mut cmd, log).unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")))
     }
 
     fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let start = s.len().saturating_sub(4000);
-        let start = (start..s.len())
-            .find(|&i| s.is_char_boundary(i))
-            .unwrap_or(s.len());
-        s[start..].to_string()
+        self.0.log_tail(4000)
     }
 
     fn exited(&mut self) -> Option<ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.0.try_exit()
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.0.kill();
     }
 }
 
@@ -490,19 +469,17 @@ impl Drop for Proc {
         if std::thread::panicking() {
             eprintln!(
                 "----- log tail of {}:\n{}",
-                self.log.display(),
+                self.0.log_path().display(),
                 self.log_tail()
             );
         }
-        self.kill();
     }
 }
 
 /// Polls `member list -w json` on `ep` until it answers with `n` members
 /// whose client URLs are all known (bounded by 60 s).
 async fn wait_member_list(ep: &str, n: usize, procs: &mut [Proc]) -> (u64, Vec<Value>) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let listed = retry_until(READY, Duration::from_millis(200), async || {
         for p in procs.iter_mut() {
             if let Some(st) = p.exited() {
                 panic!("server exited early ({st}):\n{}", p.log_tail());
@@ -523,16 +500,18 @@ async fn wait_member_list(ep: &str, n: usize, procs: &mut [Proc]) -> (u64, Vec<V
                 && leader != 0
                 && ms.iter().all(|m| !strings(&m["clientURLs"]).is_empty())
             {
-                return (u64_field(&v["header"], "cluster_id"), ms);
+                return Ok((u64_field(&v["header"], "cluster_id"), ms));
             }
         }
-        assert!(
-            Instant::now() < deadline,
+        Err((leader, o))
+    })
+    .await;
+    listed.unwrap_or_else(|(leader, o)| {
+        panic!(
             "no {n}-member list with a leader (Status.leader = {leader}) from {ep} within 60 s; last member list: {}",
             show(&o)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        )
+    })
 }
 
 /// Starts a 3-member cluster of `flavor` on the given ports with the given
@@ -544,37 +523,29 @@ async fn ids_of(
     token: &str,
     dir: &Path,
 ) -> (u64, BTreeMap<String, u64>) {
-    let initial = ports
-        .iter()
-        .enumerate()
-        .map(|(i, (_, p))| format!("n{i}=http://127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let initial =
+        initial_cluster((ports.iter().enumerate()).map(|(i, (_, p))| (format!("n{i}"), url(*p))));
     let mut procs = Vec::new();
     for (i, (cp, pp)) in ports.iter().enumerate() {
-        let mut cmd = Command::new(flavor.binary());
-        cmd.args([
-            "--name".to_string(),
+        let (name, data_dir) = (
             format!("n{i}"),
-            "--data-dir".to_string(),
-            dir.join(format!("{}-n{i}.etcd", flavor.name()))
-                .display()
-                .to_string(),
-            "--listen-client-urls".to_string(),
-            format!("http://127.0.0.1:{cp}"),
-            "--advertise-client-urls".to_string(),
-            format!("http://127.0.0.1:{cp}"),
-            "--listen-peer-urls".to_string(),
-            format!("http://127.0.0.1:{pp}"),
-            "--initial-advertise-peer-urls".to_string(),
-            format!("http://127.0.0.1:{pp}"),
-            "--initial-cluster".to_string(),
-            initial.clone(),
-            "--initial-cluster-token".to_string(),
-            token.to_string(),
-            "--initial-cluster-state".to_string(),
-            "new".to_string(),
-        ]);
+            dir.join(format!("{}-n{i}.etcd", flavor.name())),
+        );
+        let (curl, purl) = (url(*cp), url(*pp));
+        let mut cmd = Command::new(flavor.binary());
+        cmd.args(
+            MemberFlags {
+                name: &name,
+                data_dir: &data_dir,
+                client_url: &curl,
+                peer_url: &purl,
+                advertise_peer_url: &purl,
+                initial_cluster: &initial,
+                token,
+                state: "new",
+            }
+            .args(),
+        );
         cmd.args(FAST);
         procs.push(Proc::spawn(
             cmd,
@@ -636,15 +607,18 @@ async fn http_health_and_version() {
         let port = c.members[0].client_port;
         let t = Duration::from_secs(5);
 
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let h = loop {
+        let every = Duration::from_millis(200);
+        let h = retry_until(Duration::from_secs(10), every, async || {
             let h =
                 tokio::task::block_in_place(|| http_get(port, "/health", t)).expect("GET /health");
-            if h.status == 200 || Instant::now() >= deadline {
-                break h;
+            if h.status == 200 {
+                Ok(h)
+            } else {
+                Err(h)
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        })
+        .await
+        .unwrap_or_else(|last| last);
         assert_eq!(h.status, 200, "GET /health: {h:?}");
         let v = h.json().expect("/health JSON");
         assert_eq!(
@@ -654,18 +628,20 @@ async fn http_health_and_version() {
         );
 
         // etcdcluster may be "not_decided" for a moment after start.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let v = loop {
+        let v = retry_until(Duration::from_secs(10), every, async || {
             let r = tokio::task::block_in_place(|| http_get(port, "/version", t))
                 .expect("GET /version");
             assert_eq!(r.status, 200, "GET /version: {r:?}");
             let v = r.json().expect("/version JSON");
             let cl = v["etcdcluster"].as_str().unwrap_or_default().to_string();
-            if cl.starts_with(version_prefix(c.flavor)) || Instant::now() >= deadline {
-                break v;
+            if cl.starts_with(version_prefix(c.flavor)) {
+                Ok(v)
+            } else {
+                Err(v)
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        })
+        .await
+        .unwrap_or_else(|last| last);
         for k in ["etcdserver", "etcdcluster"] {
             assert!(
                 v[k].is_string(),
@@ -850,9 +826,7 @@ async fn sigterm_exits_cleanly_and_keeps_data() {
         for m in c.members.iter_mut() {
             m.restart();
         }
-        c.wait_all_ready(Duration::from_secs(60))
-            .await
-            .expect("restart");
+        c.wait_all_ready(READY).await.expect("restart");
         let want: Vec<(String, String)> = (0..100)
             .map(|i| (format!("gs/{i:03}"), format!("v{i}")))
             .collect();
@@ -860,38 +834,34 @@ async fn sigterm_exits_cleanly_and_keeps_data() {
             let cl = c.client(i).await.expect("client");
             // Serializable: what this member itself holds after restart (a
             // follower stopped right after the leader may still catch up).
-            let got = retcd_tests::retry_until(
-                Duration::from_secs(10),
-                Duration::from_millis(200),
-                || {
-                    let mut cl = cl.clone();
-                    let want = want.clone();
-                    async move {
-                        let r = cl
-                            .get(
-                                "gs/",
-                                Some(GetOptions::new().with_prefix().with_serializable()),
+            let got = retry_until(Duration::from_secs(10), Duration::from_millis(200), || {
+                let mut cl = cl.clone();
+                let want = want.clone();
+                async move {
+                    let r = cl
+                        .get(
+                            "gs/",
+                            Some(GetOptions::new().with_prefix().with_serializable()),
+                        )
+                        .await
+                        .map_err(|e| format!("{e}"))?;
+                    let got: Vec<(String, String)> = r
+                        .kvs()
+                        .iter()
+                        .map(|kv| {
+                            (
+                                kv.key_str().unwrap_or_default().to_string(),
+                                kv.value_str().unwrap_or_default().to_string(),
                             )
-                            .await
-                            .map_err(|e| format!("{e}"))?;
-                        let got: Vec<(String, String)> = r
-                            .kvs()
-                            .iter()
-                            .map(|kv| {
-                                (
-                                    kv.key_str().unwrap_or_default().to_string(),
-                                    kv.value_str().unwrap_or_default().to_string(),
-                                )
-                            })
-                            .collect();
-                        if got == want {
-                            Ok(got)
-                        } else {
-                            Err(format!("{} keys: {got:?}", got.len()))
-                        }
+                        })
+                        .collect();
+                    if got == want {
+                        Ok(got)
+                    } else {
+                        Err(format!("{} keys: {got:?}", got.len()))
                     }
-                },
-            )
+                }
+            })
             .await;
             assert!(got.is_ok(), "keys on m{i} after restart: {got:?}");
         }

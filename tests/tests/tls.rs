@@ -18,12 +18,13 @@
 //! `https://` client URL (`etcdctl lock` runs the recipe client-side).
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use retcd_api::v3lockpb::{lock_client::LockClient, LockRequest, UnlockRequest};
+use retcd_launch::{initial_cluster, MemberFlags, Process};
 use retcd_tests::normalize::{normalize_output, normalize_text};
-use retcd_tests::{assert_same_lines, etcdctl, ports::free_port, test_flavor, Flavor, Output};
+use retcd_tests::{assert_same_lines, etcdctl, free_port, test_flavor, Flavor, Output};
 use tempfile::TempDir;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
@@ -82,7 +83,7 @@ fn w(s: &str) -> Vec<String> {
 }
 
 /// A started member: its process, client URL and peer URL.
-struct Member(Child, String, String);
+struct Member(Process, String, String);
 
 /// Members started with `https://` (or `http://`) URLs; SIGKILLed by PID
 /// and reaped on drop (after printing their logs when panicking).
@@ -100,24 +101,29 @@ impl Nodes {
         let (n, dir) = (n.parse().unwrap(), tempfile::tempdir().unwrap());
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let url = |s: &str, p: u16| format!("{s}://127.0.0.1:{p}");
-        let ic: Vec<String> = (ports.iter().enumerate())
-            .map(|(i, (_, p))| format!("m{i}={}", url(ps, *p)))
-            .collect();
-        let (d, ic, token) = (dir.path().display(), ic.join(","), ports[0].0);
+        let ic = initial_cluster(
+            (ports.iter().enumerate()).map(|(i, (_, p))| (format!("m{i}"), url(ps, *p))),
+        );
+        let token = format!("tls-{}", ports[0].0);
         let mut m = Vec::new();
         for (i, (c, p)) in ports.into_iter().enumerate() {
+            let (name, data_dir) = (format!("m{i}"), dir.path().join(format!("m{i}.etcd")));
             let (curl, purl) = (url(cs, c), url(ps, p));
-            let args = format!(
-                "--name m{i} --data-dir {d}/m{i}.etcd --listen-client-urls {curl} \
-                 --advertise-client-urls {curl} --listen-peer-urls {purl} \
-                 --initial-advertise-peer-urls {purl} --initial-cluster {ic} \
-                 --initial-cluster-token tls-{token} --initial-cluster-state new {extra}"
-            );
-            let log = std::fs::File::create(dir.path().join(format!("m{i}.log"))).unwrap();
+            let flags = MemberFlags {
+                name: &name,
+                data_dir: &data_dir,
+                client_url: &curl,
+                peer_url: &purl,
+                advertise_peer_url: &purl,
+                initial_cluster: &ic,
+                token: &token,
+                state: "new",
+            };
             let mut cmd = Command::new(flavor.binary());
-            let cmd = cmd.args(w(&args)).stdin(Stdio::null());
-            let cmd = cmd.stdout(log.try_clone().unwrap()).stderr(log);
-            m.push(Member(cmd.spawn().expect("start server"), curl, purl));
+            cmd.args(flags.args()).args(w(extra));
+            let log = dir.path().join(format!("m{i}.log"));
+            let p = Process::spawn(&mut cmd, &log).expect("start server");
+            m.push(Member(p, curl, purl));
         }
         Nodes { dir, m }
     }
@@ -137,7 +143,7 @@ impl Nodes {
                 if o.success() {
                     break;
                 }
-                let exited = self.m[i].0.try_wait().unwrap();
+                let exited = self.m[i].0.try_exit();
                 let fine = exited.is_none() && Instant::now() < deadline;
                 assert!(fine, "m{i} not ready ({exited:?}): {o:?}");
                 std::thread::sleep(Duration::from_millis(200));
@@ -147,22 +153,17 @@ impl Nodes {
 
     /// Whether member 0 exits by itself within `limit`, and with what code.
     fn exit_within(&mut self, limit: Duration) -> String {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(st) = self.m[0].0.try_wait().unwrap() {
-                return format!("exited code={:?}", st.code());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        match self.m[0].0.wait_exit(limit) {
+            Some(st) => format!("exited code={:?}", st.code()),
+            None => format!("still running after {limit:?}"),
         }
-        format!("still running after {limit:?}")
     }
 }
 
 impl Drop for Nodes {
     fn drop(&mut self) {
         for m in self.m.iter_mut() {
-            let _ = m.0.kill();
-            let _ = m.0.wait();
+            m.0.kill();
         }
         for i in (0..self.m.len()).filter(|_| std::thread::panicking()) {
             let log = self.log(i);

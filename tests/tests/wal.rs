@@ -14,10 +14,8 @@ use retcd_tests::wal::{
     flip_middle_byte, last_segment, tear_tail, truncate_last_record, wal_segments,
 };
 use retcd_tests::{bounded, test_flavor, Cluster};
+use retcd_tests::{limit::SHORT as LIMIT, FAST, READY};
 
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(180);
-const READY: Duration = Duration::from_secs(60);
 const KEYS: usize = 100;
 
 /// Starts a 1-node cluster, writes `KEYS` acknowledged keys and stops the

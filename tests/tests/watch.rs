@@ -17,11 +17,8 @@ use etcd_client::{
     WatchOptions, WatchResponse, WatchStream,
 };
 use retcd_tests::normalize::{normalize_json, normalize_text};
-use retcd_tests::{bounded, etcdctl_bin, test_flavor, Cluster, Flavor};
-
-const FAST: &[&str] = &["--heartbeat-interval", "50", "--election-timeout", "500"];
-const LIMIT: Duration = Duration::from_secs(240);
-const READY: Duration = Duration::from_secs(60);
+use retcd_tests::{bounded, etcdctl_bin, retry_until, test_flavor, Cluster, Flavor};
+use retcd_tests::{limit::NORMAL as LIMIT, FAST, READY};
 
 /// (mod revision, key, PUT/DELETE, value) of one event.
 type Ev = (i64, String, &'static str, String);
@@ -93,10 +90,12 @@ impl BgWatch {
 
     /// Waits (at most 15 s) until the watcher printed something.
     async fn wait_output(&self) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline && self.out.lock().unwrap().0.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let printed = async || {
+            (!self.out.lock().unwrap().0.is_empty())
+                .then_some(())
+                .ok_or(())
+        };
+        let _ = retry_until(Duration::from_secs(15), Duration::from_millis(50), printed).await;
     }
 
     /// Waits until the output has been quiet for a second (at most 15 s),
@@ -588,29 +587,23 @@ async fn list(cl: &mut Client, prefix: &str) -> (i64, BTreeMap<String, String>) 
 
 /// Opens a watch on `prefix` from `rev` (retrying while the member is down).
 async fn open_watch(c: &Cluster, i: usize, prefix: &str, rev: i64) -> WatchStream {
-    let deadline = Instant::now() + READY;
-    loop {
-        let attempt = async {
-            let mut cl = c.client(i).await?;
-            let mut s = cl
-                .watch(
-                    prefix,
-                    Some(WatchOptions::new().with_prefix().with_start_revision(rev)),
-                )
-                .await?;
-            let r = tokio::time::timeout(Duration::from_secs(5), s.message())
-                .await
-                .map_err(|_| anyhow::anyhow!("no created response"))??
-                .ok_or_else(|| anyhow::anyhow!("stream ended"))?;
-            anyhow::ensure!(r.created(), "first response is not `created`");
-            anyhow::Ok(s)
-        };
-        match attempt.await {
-            Ok(s) => return s,
-            Err(e) if Instant::now() > deadline => panic!("cannot open a watch: {e:#}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    retry_until(READY, Duration::from_millis(200), async || {
+        let mut cl = c.client(i).await?;
+        let mut s = cl
+            .watch(
+                prefix,
+                Some(WatchOptions::new().with_prefix().with_start_revision(rev)),
+            )
+            .await?;
+        let r = tokio::time::timeout(Duration::from_secs(5), s.message())
+            .await
+            .map_err(|_| anyhow::anyhow!("no created response"))??
+            .ok_or_else(|| anyhow::anyhow!("stream ended"))?;
+        anyhow::ensure!(r.created(), "first response is not `created`");
+        anyhow::Ok(s)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("cannot open a watch: {e:#}"))
 }
 
 /// A writer of puts/deletes under `prefix` through member `i`; ops that

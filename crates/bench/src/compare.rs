@@ -8,11 +8,12 @@
 //! or cooler machine.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use retcd_launch::{free_port, initial_cluster, MemberFlags, NotReady, Process};
 use serde::Serialize;
 
 use crate::k8s;
@@ -159,15 +160,9 @@ fn find_retcd(explicit: &Option<PathBuf>) -> Result<PathBuf> {
     bail!("no retcd binary found: build it with `cargo build --release -p retcd-server` (it is looked for beside retcd-bench), or pass --retcd-bin / set RETCD_BIN")
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// N server processes on loopback; dropping it kills and reaps them.
 struct Servers {
-    children: Vec<Child>,
+    procs: Vec<Process>,
     endpoints: Vec<String>,
 }
 
@@ -179,22 +174,19 @@ impl Servers {
         extra: &[String],
         cpus: Option<&str>,
     ) -> Result<Servers> {
-        let ports: Vec<(u16, u16)> = (0..n)
-            .map(|_| Ok((free_port()?, free_port()?)))
-            .collect::<Result<_>>()?;
-        let initial: Vec<String> = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
-            .collect();
+        let url = |port: u16| format!("http://127.0.0.1:{port}");
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let initial = initial_cluster(
+            (ports.iter().enumerate()).map(|(i, (_, p))| (format!("m{i}"), url(*p))),
+        );
+        let token = format!("bench-{}", std::process::id());
         let mut s = Servers {
-            children: Vec::new(),
+            procs: Vec::new(),
             endpoints: Vec::new(),
         };
         for (i, (c, p)) in ports.iter().enumerate() {
-            let log = std::fs::File::create(dir.join(format!("m{i}.log")))?;
-            let curl = format!("http://127.0.0.1:{c}");
-            let purl = format!("http://127.0.0.1:{p}");
+            let (name, data_dir) = (format!("m{i}"), dir.join(format!("m{i}.etcd")));
+            let (curl, purl) = (url(*c), url(*p));
             // `taskset -c CPUS bin ...` execs the server: same PID.
             let mut cmd = match cpus {
                 Some(c) => {
@@ -204,79 +196,47 @@ impl Servers {
                 }
                 None => Command::new(bin),
             };
-            let child = cmd
-                .arg("--name")
-                .arg(format!("m{i}"))
-                .arg("--data-dir")
-                .arg(dir.join(format!("m{i}.etcd")))
-                .arg("--listen-client-urls")
-                .arg(&curl)
-                .arg("--advertise-client-urls")
-                .arg(&curl)
-                .arg("--listen-peer-urls")
-                .arg(&purl)
-                .arg("--initial-advertise-peer-urls")
-                .arg(&purl)
-                .arg("--initial-cluster")
-                .arg(initial.join(","))
-                .arg("--initial-cluster-token")
-                .arg(format!("bench-{}", std::process::id()))
-                .arg("--initial-cluster-state")
-                .arg("new")
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
+            let flags = MemberFlags {
+                name: &name,
+                data_dir: &data_dir,
+                client_url: &curl,
+                peer_url: &purl,
+                advertise_peer_url: &purl,
+                initial_cluster: &initial,
+                token: &token,
+                state: "new",
+            };
+            cmd.args(flags.args()).args(extra);
+            let log = dir.join(format!("{name}.log"));
+            let proc = Process::spawn(&mut cmd, &log)
                 .with_context(|| format!("start {}", bin.display()))?;
-            s.children.push(child);
+            s.procs.push(proc);
             s.endpoints.push(curl);
         }
-        s.wait_ready(dir).await?;
+        s.wait_ready().await?;
         Ok(s)
     }
 
-    async fn wait_ready(&mut self, dir: &Path) -> Result<()> {
+    /// Waits (60 s in all) until every member answers `Status` with a
+    /// leader; fails at once, with its log tail, if one exits.
+    async fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
-        for (i, ep) in self.endpoints.clone().iter().enumerate() {
-            loop {
-                if let Some(st) = self.children[i].try_wait()? {
-                    let log =
-                        std::fs::read_to_string(dir.join(format!("m{i}.log"))).unwrap_or_default();
-                    bail!(
-                        "server m{i} exited ({st}) during start; log tail:\n{}",
-                        tail(&log, 3000)
-                    );
-                }
-                let ok = async {
-                    let mut c = etcd_client::Client::connect(
-                        [ep.as_str()],
-                        Some(
-                            etcd_client::ConnectOptions::new()
-                                .with_connect_timeout(Duration::from_secs(1))
-                                .with_timeout(Duration::from_secs(2)),
-                        ),
-                    )
-                    .await?;
-                    let st = c.status().await?;
-                    anyhow::Ok(st.leader() != 0)
-                }
-                .await
-                .unwrap_or(false);
-                if ok {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("server m{i} ({ep}) not ready after 60 s");
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+        for (i, (p, ep)) in self.procs.iter_mut().zip(&self.endpoints).enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match p.wait_ready(ep, left, Duration::from_secs(2)).await {
+                Ok(()) => {}
+                Err(NotReady::Exited(st)) => bail!(
+                    "server m{i} exited ({st}) during start; log tail:\n{}",
+                    p.log_tail(3000)
+                ),
+                Err(NotReady::Timeout(_)) => bail!("server m{i} ({ep}) not ready after 60 s"),
             }
         }
         Ok(())
     }
 
     fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
+        self.procs.iter().map(Process::pid).collect()
     }
 
     fn cpu_secs(&self) -> f64 {
@@ -292,23 +252,6 @@ impl Servers {
             .max()
             .unwrap_or(0)
     }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn tail(s: &str, n: usize) -> &str {
-    let mut start = s.len().saturating_sub(n);
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
 }
 
 /// One row's measurement on one server.

@@ -1,4 +1,4 @@
-//! Free loopback ports for test servers.
+//! Free loopback ports for servers.
 //!
 //! A port is chosen at random in 20000..32000 — below Linux's ephemeral range
 //! (32768+), so the kernel never hands it to an outgoing connection while a
@@ -14,7 +14,7 @@ use rand::Rng;
 
 static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 
-/// A loopback port that was free a moment ago and that no other test in
+/// A loopback port that was free a moment ago and that no other caller in
 /// this process has been given.
 pub fn free_port() -> u16 {
     let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -35,4 +35,22 @@ pub fn free_port() -> u16 {
     let port = l.local_addr().expect("local_addr").port();
     taken.insert(port);
     port
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_port;
+
+    #[test]
+    fn ports_are_distinct_bindable_and_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        let mut uniq = ports.clone();
+        uniq.sort();
+        uniq.dedup();
+        assert_eq!(uniq.len(), ports.len(), "a port was handed out twice");
+        for p in ports {
+            assert!((20_000..32_000).contains(&p), "{p}");
+            std::net::TcpListener::bind(("127.0.0.1", p)).expect("still free");
+        }
+    }
 }
