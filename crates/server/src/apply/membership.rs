@@ -101,6 +101,31 @@ pub enum Change {
     Updated(Member),
 }
 
+/// The members a new cluster starts with, from `--initial-cluster` and
+/// `--initial-cluster-token` (IDs as etcd derives them), sorted by id, with
+/// this member's id (`--name`) and the cluster id.
+pub fn initial_cluster(cfg: &crate::config::Config) -> anyhow::Result<(Vec<Member>, u64, u64)> {
+    let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
+    let mut members: Vec<Member> = initial
+        .iter()
+        .map(|m| Member {
+            id: crate::ids::member_id(&m.peer_urls, &cfg.initial_cluster_token),
+            name: m.name.clone(),
+            peer_urls: m.peer_urls.clone(),
+            client_urls: vec![],
+            is_learner: false,
+        })
+        .collect();
+    members.sort_by_key(|m| m.id);
+    let member_id = members
+        .iter()
+        .find(|m| m.name == cfg.name)
+        .map(|m| m.id)
+        .ok_or_else(|| anyhow::anyhow!("member {:?} is not in --initial-cluster", cfg.name))?;
+    let cluster_id = crate::ids::cluster_id(&members.iter().map(|m| m.id).collect::<Vec<_>>());
+    Ok((members, member_id, cluster_id))
+}
+
 /// A member as the Cluster service answers it.
 pub fn to_pb(m: &Member) -> retcd_api::etcdserverpb::Member {
     retcd_api::etcdserverpb::Member {

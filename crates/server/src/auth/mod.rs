@@ -142,10 +142,7 @@ impl AuthStore {
         key: &[u8],
         range_end: &[u8],
     ) -> Result<(), AuthError> {
-        if !self.is_enabled() {
-            return Ok(());
-        }
-        self.state.read().check(who, key, range_end, PermType::Read)
+        self.check(who, key, range_end, PermType::Read)
     }
 
     /// WRITE permission on `[key, range_end)` (etcd's `IsPutPermitted` /
@@ -156,12 +153,20 @@ impl AuthStore {
         key: &[u8],
         range_end: &[u8],
     ) -> Result<(), AuthError> {
+        self.check(who, key, range_end, PermType::Write)
+    }
+
+    fn check(
+        &self,
+        who: Option<&AuthInfo>,
+        key: &[u8],
+        range_end: &[u8],
+        want: PermType,
+    ) -> Result<(), AuthError> {
         if !self.is_enabled() {
             return Ok(());
         }
-        self.state
-            .read()
-            .check(who, key, range_end, PermType::Write)
+        self.state.read().check(who, key, range_end, want)
     }
 
     /// The root role (etcd's `IsAdminPermitted`).

@@ -21,11 +21,10 @@ use raft::eraftpb::ConfState;
 use redb::ReadableTableMetadata;
 use retcd_api::etcdserverpb::maintenance_client::MaintenanceClient;
 use retcd_api::etcdserverpb::SnapshotRequest;
-use retcd_api::retcdpb::{Member, WalMetadata};
+use retcd_api::retcdpb::WalMetadata;
 use retcd_mvcc::kvstore::{parse_dump, CONSISTENT_INDEX_KEY, TERM_KEY};
 use retcd_mvcc::{KvStore, Revision};
 use retcd_server::config::Config;
-use retcd_server::ids;
 use retcd_storage::backend::{commit_with, Backend, CommitPolicy, ALARM, MEMBERS, META};
 use retcd_storage::wal::{Wal, WalSnapshot};
 use sha2::{Digest, Sha256};
@@ -310,24 +309,7 @@ fn restore(
     }
     let cfg = Config::try_parse_from(&args).map_err(|e| anyhow::anyhow!("{e}"))?;
     cfg.validate().map_err(anyhow::Error::msg)?;
-    let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
-    let mut members: Vec<Member> = initial
-        .iter()
-        .map(|m| Member {
-            id: ids::member_id(&m.peer_urls, &token),
-            name: m.name.clone(),
-            peer_urls: m.peer_urls.clone(),
-            client_urls: vec![],
-            is_learner: false,
-        })
-        .collect();
-    members.sort_by_key(|m| m.id);
-    let member_id = members
-        .iter()
-        .find(|m| m.name == name)
-        .map(|m| m.id)
-        .ok_or_else(|| anyhow::anyhow!("member {name:?} is not in --initial-cluster"))?;
-    let cluster_id = ids::cluster_id(&members.iter().map(|m| m.id).collect::<Vec<_>>());
+    let (members, member_id, cluster_id) = retcd_server::apply::membership::initial_cluster(&cfg)?;
 
     let data_dir = cfg.data_dir();
     if data_dir.exists() {

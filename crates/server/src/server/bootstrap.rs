@@ -18,7 +18,7 @@ use crate::apply::alarm::AlarmStore;
 use crate::apply::membership::{self, Members};
 use crate::apply::Applier;
 use crate::config::Config;
-use crate::ids::{self, Hex};
+use crate::ids::Hex;
 use crate::metrics::Metrics;
 use crate::raft::lone_wait::Contention;
 use crate::raft::node::{RaftNode, RaftNodeConfig};
@@ -342,24 +342,7 @@ fn create_wal(
             snapshot_index: 0,
         });
     }
-    let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
-    let mut members: Vec<Member> = initial
-        .iter()
-        .map(|m| Member {
-            id: ids::member_id(&m.peer_urls, &cfg.initial_cluster_token),
-            name: m.name.clone(),
-            peer_urls: m.peer_urls.clone(),
-            client_urls: vec![],
-            is_learner: false,
-        })
-        .collect();
-    members.sort_by_key(|m| m.id);
-    let member_id = members
-        .iter()
-        .find(|m| m.name == cfg.name)
-        .map(|m| m.id)
-        .expect("validated: local name is in the initial cluster");
-    let cluster_id = ids::cluster_id(&members.iter().map(|m| m.id).collect::<Vec<_>>());
+    let (members, member_id, cluster_id) = membership::initial_cluster(cfg)?;
     let meta = WalMetadata {
         member_id,
         cluster_id,
