@@ -200,6 +200,14 @@ impl Process {
             let last = match Client::connect([endpoint], Some(opts.clone())).await {
                 Err(e) => format!("connect to {endpoint}: {e}"),
                 Ok(mut c) => match c.status().await {
+                    // With auth enabled Status needs a user (etcd 3.5.32+):
+                    // the member serves; /health says whether it has a
+                    // leader (https endpoints: serving is enough).
+                    Err(e) if is_auth_error(&e) => match health(endpoint).await {
+                        Some(true) => return Ok(()),
+                        None if endpoint.starts_with("https://") => return Ok(()),
+                        _ => format!("{endpoint} has no leader yet (auth on: /health)"),
+                    },
                     Err(e) => format!("status of {endpoint}: {e}"),
                     Ok(st) if st.leader() == 0 => format!("{endpoint} has no leader yet"),
                     Ok(_) => return Ok(()),
@@ -214,6 +222,31 @@ impl Process {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Whether a Status error is the server refusing a request without a user.
+fn is_auth_error(e: &etcd_client::Error) -> bool {
+    let s = e.to_string();
+    s.contains("user name is empty") || s.contains("invalid auth token")
+}
+
+/// `GET /health` on a plain `http://host:port` endpoint: whether it says
+/// healthy (None: not plain HTTP, or no answer).
+async fn health(endpoint: &str) -> Option<bool> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let hp = endpoint.strip_prefix("http://")?.trim_end_matches('/');
+    let mut s = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(hp))
+        .await
+        .ok()?
+        .ok()?;
+    let req = format!("GET /health HTTP/1.1\r\nHost: {hp}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut body = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut body))
+        .await
+        .ok()?
+        .ok()?;
+    Some(String::from_utf8_lossy(&body).contains("\"health\":\"true\""))
 }
 
 impl Drop for Process {

@@ -228,6 +228,86 @@ pub struct Config {
     /// CA (PEM) for peer certificates.
     #[arg(long, env = "ETCD_PEER_TRUSTED_CA_FILE")]
     pub peer_trusted_ca_file: Option<PathBuf>,
+
+    /// Client TLS using generated (self-signed) certificates.
+    #[arg(long, env = "ETCD_AUTO_TLS", default_value_t = false,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    pub auto_tls: bool,
+
+    /// Peer TLS using generated (self-signed) certificates.
+    #[arg(long, env = "ETCD_PEER_AUTO_TLS", default_value_t = false,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    pub peer_auto_tls: bool,
+
+    /// The validity period of the self-signed certificates, in years.
+    #[arg(long, env = "ETCD_SELF_SIGNED_CERT_VALIDITY", default_value_t = 1)]
+    pub self_signed_cert_validity: u32,
+
+    /// Path to the client certificate revocation list (PEM or DER).
+    #[arg(long, env = "ETCD_CLIENT_CRL_FILE")]
+    pub client_crl_file: Option<PathBuf>,
+
+    /// Path to the peer certificate revocation list (PEM or DER).
+    #[arg(long, env = "ETCD_PEER_CRL_FILE")]
+    pub peer_crl_file: Option<PathBuf>,
+
+    /// Certificate this member presents when it dials client URLs
+    /// (default: --cert-file).
+    #[arg(long, env = "ETCD_CLIENT_CERT_FILE")]
+    pub client_cert_file: Option<PathBuf>,
+
+    /// Key of --client-cert-file (default: --key-file).
+    #[arg(long, env = "ETCD_CLIENT_KEY_FILE")]
+    pub client_key_file: Option<PathBuf>,
+
+    /// Certificate this member presents when it dials peers (default:
+    /// --peer-cert-file).
+    #[arg(long, env = "ETCD_PEER_CLIENT_CERT_FILE")]
+    pub peer_client_cert_file: Option<PathBuf>,
+
+    /// Key of --peer-client-cert-file (default: --peer-key-file).
+    #[arg(long, env = "ETCD_PEER_CLIENT_KEY_FILE")]
+    pub peer_client_key_file: Option<PathBuf>,
+
+    /// Allowed common names of peer certificates, comma-separated
+    /// (exclusive with --peer-cert-allowed-hostname).
+    #[arg(long, env = "ETCD_PEER_CERT_ALLOWED_CN", default_value = "")]
+    pub peer_cert_allowed_cn: String,
+
+    /// Allowed host names (SAN) of peer certificates, comma-separated.
+    #[arg(long, env = "ETCD_PEER_CERT_ALLOWED_HOSTNAME", default_value = "")]
+    pub peer_cert_allowed_hostname: String,
+
+    /// Allowed host names (SAN) of client certificates, comma-separated.
+    #[arg(long, env = "ETCD_CLIENT_CERT_ALLOWED_HOSTNAME", default_value = "")]
+    pub client_cert_allowed_hostname: String,
+
+    /// Comma-separated TLS 1.2 cipher suites (Go's names) for client and
+    /// peer connections; empty: the defaults.
+    #[arg(long, env = "ETCD_CIPHER_SUITES", default_value = "")]
+    pub cipher_suites: String,
+
+    /// Minimum TLS version: TLS1.2 or TLS1.3.
+    #[arg(long, env = "ETCD_TLS_MIN_VERSION", default_value = "TLS1.2")]
+    pub tls_min_version: String,
+
+    /// Maximum TLS version: TLS1.2, TLS1.3, or empty (the newest).
+    #[arg(long, env = "ETCD_TLS_MAX_VERSION", default_value = "")]
+    pub tls_max_version: String,
+
+    /// Skip the check that a peer certificate's SANs match the address the
+    /// peer connects from.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_PEER_SKIP_CLIENT_SAN_VERIFICATION",
+          alias = "peer-skip-client-san-verification", default_value_t = false,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    pub experimental_peer_skip_client_san_verification: bool,
+
+    /// Maximum concurrent HTTP/2 streams per client connection.
+    #[arg(long, env = "ETCD_MAX_CONCURRENT_STREAMS", default_value_t = u32::MAX)]
+    pub max_concurrent_streams: u32,
 }
 
 /// Parses etcd/Go style durations: "100ms", "1s", "2m", "1h", or bare

@@ -86,6 +86,25 @@ pub enum ServerError {
     /// What a peer answers a removed member's raft stream (etcd's text).
     #[error("the member has been permanently removed from the cluster")]
     RemovedMember,
+    /// Raft proposals arrive faster than they are applied (etcd's
+    /// committed/applied gap), or the raft thread's queue is full.
+    #[error("etcdserver: too many requests")]
+    TooManyRequests,
+    // What the peer port answers a stream it refuses (etcd's rafthttp texts).
+    #[error("cluster ID mismatch")]
+    ClusterIdMismatch,
+    #[error("invalid from")]
+    PeerInvalidFrom,
+    #[error("error sender not found")]
+    PeerSenderNotFound,
+    #[error("to field mismatch")]
+    PeerToMismatch,
+    /// A peer message larger than the peer port takes.
+    #[error("rafthttp: error limit exceeded")]
+    PeerMessageTooLarge,
+    /// bcrypt (Go's too) refuses passwords over 72 bytes.
+    #[error("bcrypt: password length exceeds 72 bytes")]
+    PasswordTooLong,
     // The election service's own errors (etcd's v3election texts).
     #[error("election: not leader")]
     ElectionNotLeader,

@@ -47,6 +47,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     };
 
     let mut tasks = Vec::new();
+    let peer_san_check = tls.peer_san_check;
     for (l, acceptor) in peer_listeners {
         let svc = crate::api::peer::service(server.clone());
         let mut rx = stop_rx.clone();
@@ -59,9 +60,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             };
             let r = match acceptor {
                 Some(a) => {
-                    builder
-                        .serve_with_incoming_shutdown(crate::tls::incoming(l, a), stop)
-                        .await
+                    let incoming = crate::tls::incoming(l, a, peer_san_check);
+                    builder.serve_with_incoming_shutdown(incoming, stop).await
                 }
                 None => builder.serve_with_incoming_shutdown(nodelay(l), stop).await,
             };
@@ -76,6 +76,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
     let services = crate::api::grpc::client_services(&server);
+    let max_streams = cfg.max_concurrent_streams;
     for url in split_urls(&cfg.listen_client_urls) {
         let addr = url_host_port(&url).map_err(anyhow::Error::msg)?;
         let l = TcpListener::bind(&addr)
@@ -104,13 +105,15 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             let builder = tonic::transport::Server::builder()
                 .accept_http1(true)
                 .tcp_nodelay(true)
+                .max_concurrent_streams(max_streams)
                 .add_routes(axum_router.into());
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
             let r = match acceptor {
                 Some(a) => {
-                    let incoming = crate::tls::incoming(l, a).map(|s| s.map(AuthorityFix::new));
+                    let incoming =
+                        crate::tls::incoming(l, a, false).map(|s| s.map(AuthorityFix::new));
                     builder.serve_with_incoming_shutdown(incoming, stop).await
                 }
                 None => {

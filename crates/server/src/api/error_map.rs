@@ -49,7 +49,11 @@ fn code(err: &ServerError) -> Code {
         | E::TooManyLearners
         | E::NotLeader
         | E::BadLeaderTransferee
-        | E::RemovedMember => Code::FailedPrecondition,
+        | E::RemovedMember
+        | E::ClusterIdMismatch
+        | E::PeerToMismatch => Code::FailedPrecondition,
+        E::PeerInvalidFrom | E::PeerMessageTooLarge => Code::InvalidArgument,
+        E::PeerSenderNotFound => Code::NotFound,
         E::MemberBadUrls => Code::InvalidArgument,
         E::MemberNotFound => Code::NotFound,
         E::Unhealthy | E::NotSupportedForLearner => Code::Unavailable,
@@ -65,6 +69,10 @@ fn code(err: &ServerError) -> Code {
         | E::ElectionMissingLeaderKey
         | E::InnerClient(_)
         | E::Internal { .. } => Code::Unknown,
+        // etcd's rpctypes.ErrTooManyRequests is an EtcdError without a gRPC
+        // status (Unknown on the wire; clientv3 maps the text back), and
+        // a bcrypt error is passed on as it came.
+        E::TooManyRequests | E::PasswordTooLong => Code::Unknown,
     }
 }
 

@@ -158,13 +158,22 @@ where
 }
 
 /// `Authorization` as the `token` metadata of `req`.
+/// grpc-gateway's header mapping: `Authorization` becomes the
+/// `authorization` metadata, `Grpc-Metadata-Token` the `token` metadata
+/// (which wins, as in etcd); nothing else of the client's headers is
+/// passed on.
 fn with_token<T>(headers: &HeaderMap, req: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(req);
-    if let Some(token) = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| tonic::metadata::MetadataValue::try_from(v.as_bytes()).ok())
-    {
-        request.metadata_mut().insert("token", token);
+    for (header, key) in [
+        ("authorization", "authorization"),
+        ("grpc-metadata-token", "token"),
+    ] {
+        if let Some(v) = headers
+            .get(header)
+            .and_then(|v| tonic::metadata::MetadataValue::try_from(v.as_bytes()).ok())
+        {
+            request.metadata_mut().insert(key, v);
+        }
     }
     request
 }

@@ -36,9 +36,10 @@ const TYPE_HEADERS: u8 = 0x1;
 const FLAG_END_HEADERS: u8 = 0x4;
 const FLAG_PADDED: u8 = 0x8;
 const FLAG_PRIORITY: u8 = 0x20;
-/// Frames above this are passed through unparsed (h2 refuses frames over
-/// its advertised maximum anyway).
-const MAX_PARSED_FRAME: usize = 1 << 24;
+/// Frames above this are passed through unparsed, so a connection buffers
+/// at most this much: HTTP/2's default SETTINGS_MAX_FRAME_SIZE (16 KiB),
+/// which the server advertises, so h2 refuses a larger frame anyway.
+const MAX_PARSED_FRAME: usize = 16 * 1024;
 /// Bytes read from the socket at a time.
 const READ_CHUNK: usize = 16 * 1024;
 

@@ -69,10 +69,12 @@ pub fn caller(
     server: &EtcdServer,
     md: &tonic::metadata::MetadataMap,
 ) -> Result<Option<AuthInfo>, ServerError> {
+    // etcd 3.5.32+: a "Bearer " prefix is dropped
     let token = md
         .get("token")
         .or_else(|| md.get("authorization"))
-        .map(|v| v.to_str().unwrap_or_default());
+        .map(|v| v.to_str().unwrap_or_default())
+        .map(|t| t.strip_prefix("Bearer ").unwrap_or(t));
     if token.is_none() && server.cfg.client_cert_auth {
         if let Some(cn) = md.get(CERT_CN_HEADER) {
             return Ok(Some(AuthInfo {

@@ -18,16 +18,7 @@ pub(super) fn check_permissions(
         revision: req.auth_revision,
     };
     let who = Some(&who);
-    // A lease's keys must all be writable by whoever revokes it or
-    // attaches another key to it.
-    let lease_keys_writable = |id: i64| -> Result<(), AuthError> {
-        if let Some(l) = lessor.lookup(id) {
-            for k in &l.keys {
-                auth.check_write(who, k, b"")?;
-            }
-        }
-        Ok(())
-    };
+    let lease_keys_writable = |id| lease_keys_writable(auth, lessor, who, id);
     let Some(request) = &req.request else {
         return Ok(());
     };
@@ -38,20 +29,14 @@ pub(super) fn check_permissions(
                 auth.check_admin(who)?;
             }
         }
-        Request::Put(r) => {
-            auth.check_write(who, &r.key, b"")?;
-            lease_keys_writable(r.lease)?;
-            if r.prev_kv {
-                auth.check_range(who, &r.key, b"")?;
-            }
-        }
+        Request::Put(r) => check_put(auth, lessor, who, r)?,
         Request::DeleteRange(r) => {
             auth.check_write(who, &r.key, &r.range_end)?;
             if r.prev_kv {
                 auth.check_range(who, &r.key, &r.range_end)?;
             }
         }
-        Request::Txn(r) => check_txn(auth, who, r)?,
+        Request::Txn(r) => check_txn(auth, lessor, who, r)?,
         Request::Range(r) => auth.check_range(who, &r.key, &r.range_end)?,
         Request::LeaseRevoke(r) => lease_keys_writable(r.id)?,
         // Not checked at apply: compaction and lease grant (any user, as
@@ -66,10 +51,47 @@ pub(super) fn check_permissions(
     Ok(())
 }
 
+/// A lease's keys must all be writable by whoever revokes it, keeps it
+/// alive, or attaches another key to it (etcd's `checkLeasePuts`; the
+/// root role passes).
+pub fn lease_keys_writable(
+    auth: &AuthStore,
+    lessor: &Lessor,
+    who: Option<&AuthInfo>,
+    id: i64,
+) -> Result<(), AuthError> {
+    if let Some(l) = lessor.lookup(id) {
+        for k in &l.keys {
+            auth.check_write(who, k, b"")?;
+        }
+    }
+    Ok(())
+}
+
+/// etcd's `checkPutAuth`: WRITE on the key, the lease's keys writable, and
+/// READ on the key for `prev_kv`.
+fn check_put(
+    auth: &AuthStore,
+    lessor: &Lessor,
+    who: Option<&AuthInfo>,
+    r: &retcd_api::etcdserverpb::PutRequest,
+) -> Result<(), AuthError> {
+    auth.check_write(who, &r.key, b"")?;
+    if r.lease != 0 {
+        lease_keys_writable(auth, lessor, who, r.lease)?;
+    }
+    if r.prev_kv {
+        auth.check_range(who, &r.key, b"")?;
+    }
+    Ok(())
+}
+
 /// A txn's compares, and the requests of both branches (nested txns
-/// included, as etcd 3.5 checks them).
+/// included; a put as a plain put, its lease's keys too: etcd 3.5.28 /
+/// 3.5.30).
 pub fn check_txn(
     auth: &AuthStore,
+    lessor: &Lessor,
     who: Option<&AuthInfo>,
     t: &TxnRequest,
 ) -> Result<(), AuthError> {
@@ -81,19 +103,14 @@ pub fn check_txn(
             Some(request_op::Request::RequestRange(r)) => {
                 auth.check_range(who, &r.key, &r.range_end)?
             }
-            Some(request_op::Request::RequestPut(r)) => {
-                auth.check_write(who, &r.key, b"")?;
-                if r.prev_kv {
-                    auth.check_range(who, &r.key, b"")?;
-                }
-            }
+            Some(request_op::Request::RequestPut(r)) => check_put(auth, lessor, who, r)?,
             Some(request_op::Request::RequestDeleteRange(r)) => {
                 if r.prev_kv {
                     auth.check_range(who, &r.key, &r.range_end)?;
                 }
                 auth.check_write(who, &r.key, &r.range_end)?;
             }
-            Some(request_op::Request::RequestTxn(r)) => check_txn(auth, who, r)?,
+            Some(request_op::Request::RequestTxn(r)) => check_txn(auth, lessor, who, r)?,
             None => {}
         }
     }

@@ -36,7 +36,7 @@ use retcd_api::retcdpb::InternalRaftRequest;
 use retcd_mvcc::{KvStore, WatchableStore, WriteBatch};
 use std::sync::Arc;
 
-pub use auth::check_txn;
+pub use auth::{check_txn, lease_keys_writable};
 
 /// The outcome of applying one request, handed to the proposer.
 #[derive(Debug)]

@@ -31,34 +31,5 @@ pub fn pass_cert_user(req: &mut axum::extract::Request) {
 fn cert_user(ext: &axum::http::Extensions) -> Option<String> {
     type Info = tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>;
     let certs = ext.get::<Info>()?.peer_certs()?;
-    common_name(certs.first()?.as_ref())
-}
-
-/// The subject's common name of an X.509 certificate in DER (the last one
-/// if there are several, as Go's `pkix.Name.CommonName`).
-pub fn common_name(der: &[u8]) -> Option<String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let cn = cert.subject().iter_common_name().last()?;
-    cn.as_str().ok().map(str::to_string)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_common_name_of_subject_not_issuer() {
-        // subject "O=org, CN=bob", issued by a CA whose CN is "the-ca"
-        // (made with openssl req/x509 -req); a truncated certificate is
-        // refused cleanly
-        let pem = include_str!("testdata/bob.pem");
-        let der =
-            <rustls_pki_types::CertificateDer as rustls_pki_types::pem::PemObject>::from_pem_slice(
-                pem.as_bytes(),
-            )
-            .unwrap();
-        assert_eq!(common_name(der.as_ref()).as_deref(), Some("bob"));
-        assert_eq!(common_name(&der.as_ref()[..der.as_ref().len() / 2]), None);
-        assert_eq!(common_name(&[0x30, 0x81]), None);
-    }
+    crate::tls::names::common_name(certs.first()?.as_ref())
 }

@@ -60,26 +60,64 @@ pub enum RaftInput {
     Removed,
 }
 
+/// How many inputs the raft thread's queue holds. The thread drains the
+/// whole queue every loop turn; a full queue means it cannot keep up, and
+/// senders are pushed back instead of the queue growing without bound.
+pub const RAFT_QUEUE: usize = 16 * 1024;
+
 /// The raft thread's input queue, sending side (cheap to clone; the
 /// transport, the peer service and the [`Proposer`] each hold one).
+/// Never blocks: a full queue is `TooManyRequests` (a peer's message is
+/// then dropped, and raft sends it again).
 #[derive(Clone)]
-pub struct RaftSender(mpsc::Sender<RaftInput>);
+pub struct RaftSender(mpsc::SyncSender<RaftInput>);
 
 /// The receiving side, owned by the raft thread.
 pub struct RaftReceiver(mpsc::Receiver<RaftInput>);
 
-/// A new input queue.
+/// A new input queue of [`RAFT_QUEUE`] inputs.
 pub fn channel() -> (RaftSender, RaftReceiver) {
-    let (tx, rx) = mpsc::channel();
+    channel_of(RAFT_QUEUE)
+}
+
+fn channel_of(capacity: usize) -> (RaftSender, RaftReceiver) {
+    let (tx, rx) = mpsc::sync_channel(capacity);
     (RaftSender(tx), RaftReceiver(rx))
 }
 
 impl RaftSender {
-    /// Queues `input`; fails only once the raft thread has stopped.
+    /// Queues `input`: `TooManyRequests` while the queue is full,
+    /// `Stopped` once the raft thread has stopped.
     pub fn send(&self, input: RaftInput) -> Result<(), ServerError> {
-        self.0.send(input).map_err(|_| ServerError::Stopped)
+        self.0.try_send(input).map_err(|e| match e {
+            mpsc::TrySendError::Full(_) => ServerError::TooManyRequests,
+            mpsc::TrySendError::Disconnected(_) => ServerError::Stopped,
+        })
     }
 }
 
 /// The result a proposer waits for: what the apply produced.
 pub type ProposalResult = Result<ApplyResult, ServerError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_full_queue_pushes_back() {
+        let (tx, rx) = channel_of(2);
+        tx.send(RaftInput::Removed).unwrap();
+        tx.send(RaftInput::Removed).unwrap();
+        assert!(matches!(
+            tx.send(RaftInput::Removed),
+            Err(ServerError::TooManyRequests)
+        ));
+        rx.0.recv().unwrap();
+        tx.send(RaftInput::Removed).unwrap();
+        drop(rx);
+        assert!(matches!(
+            tx.send(RaftInput::Removed),
+            Err(ServerError::Stopped)
+        ));
+    }
+}

@@ -14,6 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
+/// Proposals are refused while more entries than this are committed but
+/// not applied (etcd's `maxGapBetweenApplyAndCommitIndex`).
+pub const MAX_APPLY_GAP: u64 = 5000;
+
 #[derive(Clone)]
 pub struct Proposer {
     inner: Arc<Inner>,
@@ -96,6 +100,12 @@ impl Proposer {
     /// Proposes `req` through raft and waits until it is committed and
     /// applied on this member; the result is what the apply produced.
     pub async fn propose(&self, mut req: InternalRaftRequest) -> ProposalResult {
+        // etcd's maxGapBetweenApplyAndCommitIndex: push back before
+        // anything else while applying lags far behind committing.
+        let st = &self.inner.status;
+        if st.commit_index() > st.applied_index() + MAX_APPLY_GAP {
+            return Err(ServerError::TooManyRequests);
+        }
         let id = self.next_request_id();
         req.id = id;
         let data = req.encode_to_vec();
@@ -189,11 +199,22 @@ impl Proposer {
         self.inner.raft.send(RaftInput::TransferLeader(transferee))
     }
 
-    /// Stops the raft thread after a durable backend commit.
+    /// Stops the raft thread after a durable backend commit (waiting for
+    /// room in its queue if need be; at most about 5 s in all).
     pub async fn stop(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.inner.raft.send(RaftInput::Stop(tx)).is_ok() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), rx).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let (tx, rx) = oneshot::channel();
+            match self.inner.raft.send(RaftInput::Stop(tx)) {
+                Ok(()) => {
+                    let _ = tokio::time::timeout_at(deadline, rx).await;
+                    return;
+                }
+                Err(ServerError::TooManyRequests) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await
+                }
+                Err(_) => return,
+            }
         }
     }
 }

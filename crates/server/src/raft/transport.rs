@@ -23,8 +23,24 @@ use tokio::sync::mpsc as tmpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 const PEER_QUEUE: usize = 4096;
-/// Raft messages carry whole snapshots; let them through.
-pub const MAX_PEER_MESSAGE: usize = 2 * 1024 * 1024 * 1024 - 1;
+/// The largest gRPC message on the peer port (a batch, or one fragment).
+/// Appends are at most raft's `max_size_per_msg` (1 MiB) plus one entry
+/// (at most `--max-request-bytes`), and a batch stops growing at
+/// [`BATCH_BYTES`]; snapshots travel in [`FRAGMENT`]s.
+pub const MAX_PEER_MESSAGE: usize = 64 * 1024 * 1024;
+/// A batch is sent once it holds this many bytes (or 512 messages).
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// A message whose encoding is larger is sent in fragments of this size.
+pub const FRAGMENT: usize = 8 * 1024 * 1024;
+/// The most a fragmented message may add up to (a snapshot of the whole
+/// store: beyond any backend quota etcd supports).
+pub const MAX_REASSEMBLED: usize = 16 * 1024 * 1024 * 1024;
+
+/// Metadata of the peer stream (etcd's rafthttp headers): the cluster, the
+/// sending member and the member it is meant for, as hex ids.
+pub const CLUSTER_ID_HEADER: &str = "x-etcd-cluster-id";
+pub const FROM_HEADER: &str = "x-server-from";
+pub const TO_HEADER: &str = "x-raft-to";
 
 /// The sending side of the peer transport; the receiving side is the
 /// peer service (`api::peer`), which asks [`Transport::is_removed`].
@@ -35,6 +51,7 @@ pub struct Transport {
 
 struct Inner {
     self_id: u64,
+    cluster_id: u64,
     /// The raft thread's input: unreachable peers and snapshot reports.
     raft: RaftSender,
     dialer: Dialer,
@@ -55,13 +72,14 @@ struct Inner {
 }
 
 impl Transport {
-    /// A transport for member `self_id` feeding `raft`, dialing with
-    /// `dialer`. Must be called inside a tokio runtime (sender tasks are
-    /// spawned on it).
-    pub fn new(self_id: u64, raft: RaftSender, dialer: Dialer) -> Self {
+    /// A transport for member `self_id` of `cluster_id` feeding `raft`,
+    /// dialing with `dialer`. Must be called inside a tokio runtime (sender
+    /// tasks are spawned on it).
+    pub fn new(self_id: u64, cluster_id: u64, raft: RaftSender, dialer: Dialer) -> Self {
         Transport {
             inner: Arc::new(Inner {
                 self_id,
+                cluster_id,
                 raft,
                 dialer,
                 runtime: tokio::runtime::Handle::current(),
@@ -151,18 +169,26 @@ async fn peer_sender(
             a.entry(to).or_insert_with(Instant::now);
         }
     };
+    if urls.is_empty() {
+        // (MemberAdd and MemberUpdate refuse an empty URL list; a member
+        // stored without one is not dialed rather than crashing the task)
+        tracing::error!(peer = %Hex(to), "peer has no URL; not sending to it");
+        return;
+    }
     let mut attempt = 0usize;
     'reconnect: loop {
-        let url = urls[attempt % urls.len().max(1)].clone();
+        let url = urls[attempt % urls.len()].clone();
         attempt += 1;
-        let channel = match inner.dialer.peer_endpoint(&url) {
-            Ok(ep) => {
-                ep.connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
-                    .http2_keep_alive_interval(Duration::from_secs(5))
-                    .keep_alive_timeout(Duration::from_secs(5))
-                    .connect()
-                    .await
+        let channel = match inner.dialer.peer(&url) {
+            Ok(dial) => {
+                dial.configure(|ep| {
+                    ep.connect_timeout(Duration::from_millis(500))
+                        .tcp_nodelay(true)
+                        .http2_keep_alive_interval(Duration::from_secs(5))
+                        .keep_alive_timeout(Duration::from_secs(5))
+                })
+                .connect()
+                .await
             }
             Err(e) => {
                 tracing::error!(peer = %Hex(to), url, error = %e, "invalid peer URL");
@@ -195,25 +221,46 @@ async fn peer_sender(
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         let (btx, brx) = tmpsc::channel::<RaftBatch>(64);
-        let mut call = tokio::spawn(async move { client.stream(ReceiverStream::new(brx)).await });
+        let request = stream_request(ReceiverStream::new(brx), inner.cluster_id, self_id, to);
+        let mut call = tokio::spawn(async move { client.stream(request).await });
         set_active(true);
         loop {
             tokio::select! {
                 m = rx.recv() => {
                     let Some(first) = m else { call.abort(); return };
                     let mut snaps = Vec::new();
+                    let mut batches = Vec::new();
                     let mut msgs = Vec::new();
+                    let mut bytes = 0;
                     let mut next = Some(first);
                     while let Some(m) = next.take() {
                         if m.get_msg_type() == MessageType::MsgSnapshot {
                             snaps.push(m.to);
                         }
-                        msgs.push(m.write_to_bytes().expect("encode raft message"));
-                        if msgs.len() < 512 {
+                        let data = m.write_to_bytes().expect("encode raft message");
+                        if data.len() > FRAGMENT {
+                            batches.push(RaftBatch { from: self_id, msgs: std::mem::take(&mut msgs), ..Default::default() });
+                            batches.extend(fragments(self_id, &data));
+                            bytes = 0;
+                        } else {
+                            bytes += data.len();
+                            msgs.push(data);
+                        }
+                        if msgs.len() < 512 && bytes < BATCH_BYTES {
                             next = rx.try_recv().ok();
                         }
                     }
-                    let ok = btx.send(RaftBatch { from: self_id, msgs }).await.is_ok();
+                    batches.push(RaftBatch { from: self_id, msgs, ..Default::default() });
+                    let mut ok = true;
+                    for b in batches {
+                        if b.msgs.is_empty() && b.fragment.is_empty() {
+                            continue;
+                        }
+                        if btx.send(b).await.is_err() {
+                            ok = false;
+                            break;
+                        }
+                    }
                     for s in snaps {
                         let _ = raft.send(RaftInput::SnapshotReport(s, ok));
                     }
@@ -236,5 +283,87 @@ async fn peer_sender(
                 }
             }
         }
+    }
+}
+
+/// The peer stream call, with the metadata the receiving member checks.
+fn stream_request<T>(body: T, cluster_id: u64, from: u64, to: u64) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(body);
+    let md = r.metadata_mut();
+    for (k, v) in [
+        (CLUSTER_ID_HEADER, cluster_id),
+        (FROM_HEADER, from),
+        (TO_HEADER, to),
+    ] {
+        if let Ok(v) = Hex(v).to_string().parse() {
+            md.insert(k, v);
+        }
+    }
+    r
+}
+
+/// A message's encoding in [`FRAGMENT`]-sized pieces, the last one marked.
+fn fragments(from: u64, data: &[u8]) -> Vec<RaftBatch> {
+    let n = data.len().div_ceil(FRAGMENT);
+    data.chunks(FRAGMENT)
+        .enumerate()
+        .map(|(i, c)| RaftBatch {
+            from,
+            msgs: vec![],
+            fragment: c.to_vec(),
+            last_fragment: i + 1 == n,
+        })
+        .collect()
+}
+
+/// Reassembles fragmented messages on the receiving side of a stream.
+#[derive(Default)]
+pub struct Reassembly {
+    buf: Vec<u8>,
+}
+
+impl Reassembly {
+    /// Adds a fragment; the whole message once its last fragment came.
+    pub fn push(&mut self, fragment: &[u8], last: bool) -> Result<Option<Vec<u8>>, ServerError> {
+        if self.buf.len() + fragment.len() > MAX_REASSEMBLED {
+            self.buf = Vec::new();
+            return Err(ServerError::PeerMessageTooLarge);
+        }
+        self.buf.extend_from_slice(fragment);
+        Ok(last.then(|| std::mem::take(&mut self.buf)))
+    }
+}
+
+/// Reads a hex id from peer metadata.
+pub fn hex_id(md: &tonic::metadata::MetadataMap, key: &str) -> Option<u64> {
+    u64::from_str_radix(md.get(key)?.to_str().ok()?, 16).ok()
+}
+
+/// The metadata naming this cluster on a peer request (leases, HashKV).
+pub fn with_cluster_id<T>(body: T, cluster_id: u64) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(body);
+    if let Ok(v) = Hex(cluster_id).to_string().parse() {
+        r.metadata_mut().insert(CLUSTER_ID_HEADER, v);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_fragments_reassemble() {
+        let data: Vec<u8> = (0..(2 * FRAGMENT + 5)).map(|i| i as u8).collect();
+        let parts = fragments(7, &data);
+        assert_eq!(parts.len(), 3);
+        assert!(parts[..2].iter().all(|p| !p.last_fragment && p.from == 7));
+        assert!(parts[2].last_fragment);
+        let mut r = Reassembly::default();
+        assert_eq!(r.push(&parts[0].fragment, false).unwrap(), None);
+        assert_eq!(r.push(&parts[1].fragment, false).unwrap(), None);
+        assert_eq!(r.push(&parts[2].fragment, true).unwrap(), Some(data));
+        // and the buffer starts afresh
+        assert_eq!(r.push(b"ab", true).unwrap(), Some(b"ab".to_vec()));
     }
 }

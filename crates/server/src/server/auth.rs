@@ -14,7 +14,12 @@ use retcd_api::retcdpb::internal_raft_request::Request;
 use retcd_api::retcdpb::{AuthAuthenticate, AuthRequest, AuthUserAdd, AuthUserChangePassword};
 
 /// bcrypt on a blocking thread; etcd stores `$2a$` hashes, so do we.
+/// bcrypt reads at most 72 bytes: a longer password is refused, as Go's
+/// bcrypt refuses it, not silently cut.
 async fn hash_password(password: String, cost: u32) -> Result<Vec<u8>, ServerError> {
+    if password.len() > 72 {
+        return Err(ServerError::PasswordTooLong);
+    }
     tokio::task::spawn_blocking(move || {
         bcrypt::hash_with_result(password, cost)
             .map(|h| h.format_for_version(bcrypt::Version::TwoA).into_bytes())
@@ -46,21 +51,19 @@ impl EtcdServer {
         Ok(who)
     }
 
-    /// AuthStatus: (enabled, auth revision).
-    pub async fn auth_status(&self) -> Result<(bool, u64), ServerError> {
+    /// AuthStatus: (enabled, auth revision); root only while auth is
+    /// enabled (etcd 3.5 applies it with `needAdminPermission`).
+    pub async fn auth_status(&self, who: Option<AuthInfo>) -> Result<(bool, u64), ServerError> {
         self.linearizable_read_notify().await?;
+        self.require_root(who.as_ref())?;
         Ok((self.auth.is_enabled(), self.auth.revision()))
     }
 
     /// etcd's flow: check the password here (outside raft, off the
     /// runtime), then propose the user with a fresh token prefix; if the
-    /// auth store changed meanwhile, check again. Returns the token.
-    pub async fn authenticate(
-        &self,
-        name: &str,
-        password: &str,
-        who: Option<AuthInfo>,
-    ) -> Result<String, ServerError> {
+    /// auth store changed meanwhile, check again. Returns the token. Who
+    /// asks does not matter (etcd 3.5 ignores a token sent with it).
+    pub async fn authenticate(&self, name: &str, password: &str) -> Result<String, ServerError> {
         self.linearizable_read_notify().await?;
         loop {
             let (hash, checked_rev) = self.auth.password_hash(name)?;
@@ -83,7 +86,7 @@ impl EtcdServer {
                     crate::auth::simple_token::token_prefix()
                 },
             });
-            let token = match self.auth_change(op, who.clone()).await? {
+            let token = match self.auth_change(op, None).await? {
                 Some(simple) => simple,
                 None => {
                     // JWT: signed here once the entry applied (RSA signing

@@ -187,7 +187,12 @@ impl EtcdServer {
         });
 
         let (raft_tx, raft_rx) = crate::raft::channel();
-        let transport = Transport::new(meta.member_id, raft_tx.clone(), dialer.clone());
+        let transport = Transport::new(
+            meta.member_id,
+            meta.cluster_id,
+            raft_tx.clone(),
+            dialer.clone(),
+        );
         transport.add_peers(&members);
         let wait = Arc::new(Wait::default());
         let status = Arc::new(RaftStatus::starting_at(applied));

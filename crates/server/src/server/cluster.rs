@@ -10,14 +10,16 @@
 
 use super::EtcdServer;
 use crate::apply::membership::{is_started, ConfChangeContext};
+use crate::auth::AuthInfo;
 use crate::config::split_urls;
 use crate::error::ServerError;
 use crate::ids::{new_member_id, Hex};
+use crate::raft::transport::with_cluster_id;
 use prost::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType};
-use retcd_api::etcdserverpb::cluster_client::ClusterClient;
 use retcd_api::etcdserverpb::MemberPromoteRequest;
 use retcd_api::retcdpb::internal_raft_request::Request;
+use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
 use retcd_api::retcdpb::{Member, MemberAttributes};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -29,8 +31,12 @@ pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 /// the leader's (etcd's `readyPercent`).
 const READY_PERCENT: f64 = 0.9;
 
-/// etcd's `types.NewURLs` checks: scheme http(s)/unix(s), host:port, no path.
+/// etcd's `types.NewURLs` checks: at least one URL; each with scheme
+/// http(s)/unix(s), host:port, no path.
 pub fn validate_peer_urls(urls: &[String]) -> Result<Vec<String>, ServerError> {
+    if urls.is_empty() {
+        return Err(ServerError::MemberBadUrls);
+    }
     let mut out = Vec::with_capacity(urls.len());
     for u in urls {
         let (scheme, rest) = u.split_once("://").ok_or(ServerError::MemberBadUrls)?;
@@ -58,8 +64,10 @@ impl EtcdServer {
         &self,
         peer_urls: &[String],
         is_learner: bool,
+        who: Option<AuthInfo>,
     ) -> Result<(Member, Vec<Member>), ServerError> {
         let urls = validate_peer_urls(peer_urls)?;
+        self.require_root(who.as_ref())?;
         let m = Member {
             id: new_member_id(&urls, now_unix_secs()),
             name: String::new(),
@@ -87,7 +95,12 @@ impl EtcdServer {
     /// MemberRemove. Removing the leader first hands leadership to another
     /// started voter (best effort), so the cluster does not wait out an
     /// election timeout.
-    pub async fn member_remove(&self, id: u64) -> Result<Vec<Member>, ServerError> {
+    pub async fn member_remove(
+        &self,
+        id: u64,
+        who: Option<AuthInfo>,
+    ) -> Result<Vec<Member>, ServerError> {
+        self.require_root(who.as_ref())?;
         self.may_remove_member(id)?;
         if id == self.leader() {
             self.hand_off_leadership(id).await;
@@ -98,12 +111,15 @@ impl EtcdServer {
         Ok(self.members())
     }
 
-    /// MemberUpdate: new peer URLs (etcd does not validate them here).
+    /// MemberUpdate: new peer URLs (checked as MemberAdd's are).
     pub async fn member_update(
         &self,
         id: u64,
         peer_urls: Vec<String>,
+        who: Option<AuthInfo>,
     ) -> Result<Vec<Member>, ServerError> {
+        let peer_urls = validate_peer_urls(&peer_urls)?;
+        self.require_root(who.as_ref())?;
         let ctx = ConfChangeContext {
             member: Some(Member {
                 id,
@@ -119,6 +135,20 @@ impl EtcdServer {
         Ok(self.members())
     }
 
+    /// MemberList: any user (etcd 3.5.29+); after a ReadIndex when asked
+    /// to be linearizable (etcd 3.5).
+    pub async fn member_list(
+        &self,
+        linearizable: bool,
+        who: Option<AuthInfo>,
+    ) -> Result<Vec<Member>, ServerError> {
+        if linearizable {
+            self.linearizable_read_notify().await?;
+        }
+        self.require_user(who.as_ref())?;
+        Ok(self.members())
+    }
+
     /// MemberPromote, here on the leader or forwarded to it (only the
     /// leader knows whether the learner has caught up), as etcd does.
     /// Returns the member list (the leader's, when forwarded) once this
@@ -127,7 +157,10 @@ impl EtcdServer {
     pub async fn member_promote(
         &self,
         id: u64,
+        who: Option<AuthInfo>,
     ) -> Result<Vec<retcd_api::etcdserverpb::Member>, ServerError> {
+        // on the member that took the request, before any forwarding
+        self.require_root(who.as_ref())?;
         match self.promote_here(id).await {
             Ok(ms) => Ok(ms.iter().map(crate::apply::membership::to_pb).collect()),
             Err(ServerError::NotLeader) => {
@@ -159,8 +192,18 @@ impl EtcdServer {
         Ok(self.members())
     }
 
-    /// Forwards a promote to the leader's client URLs until it answers or
-    /// the request timeout passes (etcd forwards over the peer HTTP API).
+    /// A promote another member forwarded here (it authorized the
+    /// caller): `NotLeader` unless this member leads.
+    pub async fn member_promote_for_peer(
+        &self,
+        id: u64,
+    ) -> Result<Vec<retcd_api::etcdserverpb::Member>, ServerError> {
+        let ms = self.promote_here(id).await?;
+        Ok(ms.iter().map(crate::apply::membership::to_pb).collect())
+    }
+
+    /// Forwards a promote to the leader's peer URLs until it answers or
+    /// the request timeout passes (etcd's peer `/members/promote/<id>`).
     async fn promote_on_leader(
         &self,
         id: u64,
@@ -182,22 +225,20 @@ impl EtcdServer {
                     Err(e) => return Err(e),
                 }
             } else if leader != 0 {
-                let urls = self
-                    .member(leader)
-                    .map(|m| m.client_urls)
-                    .unwrap_or_default();
+                let urls = self.member(leader).map(|m| m.peer_urls).unwrap_or_default();
                 for url in urls {
-                    let Ok(ep) = self.dialer.client_endpoint(&url) else {
+                    let Ok(dial) = self.dialer.peer(&url) else {
                         continue;
                     };
-                    let ep = ep
-                        .connect_timeout(Duration::from_secs(1))
-                        .timeout(self.request_timeout());
-                    let Ok(ch) = ep.connect().await else { continue };
-                    match ClusterClient::new(ch)
-                        .member_promote(MemberPromoteRequest { id })
-                        .await
-                    {
+                    let timeout = self.request_timeout();
+                    let dial = dial.configure(|ep| {
+                        ep.connect_timeout(Duration::from_secs(1)).timeout(timeout)
+                    });
+                    let Ok(ch) = dial.connect().await else {
+                        continue;
+                    };
+                    let req = with_cluster_id(MemberPromoteRequest { id }, self.cluster_id);
+                    match RaftPeerClient::new(ch).member_promote(req).await {
                         Ok(r) => return Ok(r.into_inner().members),
                         Err(st) => {
                             if let Some(e) =
@@ -221,7 +262,8 @@ impl EtcdServer {
     /// etcd's `MoveLeader`: on the leader only, to a voting member; waits
     /// (polling every heartbeat, bounded by the request timeout) until the
     /// transferee leads.
-    pub async fn move_leader(&self, target: u64) -> Result<(), ServerError> {
+    pub async fn move_leader(&self, target: u64, who: Option<AuthInfo>) -> Result<(), ServerError> {
+        self.require_root(who.as_ref())?;
         if self.leader() != self.member_id {
             return Err(ServerError::NotLeader);
         }

@@ -61,7 +61,9 @@ async fn compact(server: &EtcdServer, rev: i64) -> Result<(), ServerError> {
         revision: rev,
         physical: false,
     };
-    match server.compact(req, None).await {
+    // the server itself, as root (etcd's compactor runs WithRoot)
+    let root = Some(crate::auth::AuthInfo::server_itself());
+    match server.compact(req, root).await {
         Err(ServerError::Mvcc(MvccError::Compacted)) => Ok(()),
         Err(e) => Err(e),
         Ok(_) => Ok(()),

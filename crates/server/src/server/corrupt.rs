@@ -13,42 +13,46 @@
 //!   Once CORRUPT is raised every member refuses changes
 //!   ("etcdserver: corrupt cluster").
 //!
-//! Difference from etcd: etcd fetches peers' hashes over the peer URL
-//! (`/members/hashkv`); retcd calls the Maintenance.HashKV RPC on the
-//! peer's advertised client URL (members publish it through raft).
+//! Peers' hashes come over the peer port (`RaftPeer/HashKV`, etcd's
+//! `/members/hashkv`), with this cluster's id: the client port's HashKV
+//! needs the root role.
 
 use super::EtcdServer;
 use crate::error::fatal;
 use crate::ids::Hex;
+use crate::raft::transport::with_cluster_id;
 use crate::tls::Dialer;
-use retcd_api::etcdserverpb::maintenance_client::MaintenanceClient;
 use retcd_api::etcdserverpb::{
     alarm_request::AlarmAction, AlarmRequest, AlarmType, HashKvRequest, HashKvResponse,
 };
 use retcd_api::retcdpb::internal_raft_request::Request;
+use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// HashKV of one peer at `rev`, over its client URLs (first that answers).
-async fn peer_hash(dialer: &Dialer, urls: &[String], rev: i64) -> Result<HashKvResponse, String> {
-    let mut last = String::from("no client URL known");
+/// HashKV of one peer at `rev`, over its peer URLs (first that answers).
+async fn peer_hash(
+    dialer: &Dialer,
+    cluster_id: u64,
+    urls: &[String],
+    rev: i64,
+) -> Result<HashKvResponse, String> {
+    let mut last = String::from("no peer URL known");
     for url in urls {
-        let ep = match dialer.client_endpoint(url) {
-            Ok(ep) => ep
-                .connect_timeout(Duration::from_secs(2))
-                .timeout(Duration::from_secs(10)),
+        let dial = match dialer.peer(url) {
+            Ok(d) => d.configure(|ep| {
+                ep.connect_timeout(Duration::from_secs(2))
+                    .timeout(Duration::from_secs(10))
+            }),
             Err(e) => {
                 last = e.to_string();
                 continue;
             }
         };
-        match ep.connect().await {
+        match dial.connect().await {
             Ok(ch) => {
-                match MaintenanceClient::new(ch)
-                    .max_decoding_message_size(64 << 20)
-                    .hash_kv(HashKvRequest { revision: rev })
-                    .await
-                {
+                let req = with_cluster_id(HashKvRequest { revision: rev }, cluster_id);
+                match RaftPeerClient::new(ch).hash_kv(req).await {
                     Ok(r) => return Ok(r.into_inner()),
                     Err(s) => last = s.message().to_string(),
                 }
@@ -65,11 +69,12 @@ async fn peer_hashes(server: &EtcdServer, rev: i64) -> Vec<(u64, Result<HashKvRe
         .members()
         .into_iter()
         .filter(|m| m.id != server.member_id)
-        .map(|m| (m.id, m.client_urls))
+        .map(|m| (m.id, m.peer_urls))
         .collect();
     let mut out = Vec::new();
     for (id, urls) in peers {
-        out.push((id, peer_hash(&server.dialer, &urls, rev).await));
+        let hash = peer_hash(&server.dialer, server.cluster_id, &urls, rev).await;
+        out.push((id, hash));
     }
     out
 }

@@ -44,13 +44,16 @@ fn join_existing_once(cfg: &Config, dialer: &Dialer) -> anyhow::Result<(u64, u64
         .collect();
     let fetch = async move {
         for url in &peer_urls {
-            let ep = match dialer.peer_endpoint(url) {
-                Ok(ep) => ep
-                    .connect_timeout(Duration::from_secs(1))
-                    .timeout(Duration::from_secs(2)),
+            let dial = match dialer.peer(url) {
+                Ok(d) => d.configure(|ep| {
+                    ep.connect_timeout(Duration::from_secs(1))
+                        .timeout(Duration::from_secs(2))
+                }),
                 Err(_) => continue,
             };
-            let Ok(ch) = ep.connect().await else { continue };
+            let Ok(ch) = dial.connect().await else {
+                continue;
+            };
             if let Ok(r) = RaftPeerClient::new(ch).members(MembersRequest {}).await {
                 return Some(r.into_inner());
             }

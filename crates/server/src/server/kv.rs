@@ -5,7 +5,7 @@
 //! checks (`v3rpc/key.go`); writes go through raft and the apply checks the
 //! caller's permissions; reads (and txns that write nothing) are served
 //! from the local store after a ReadIndex unless serializable, with the
-//! permissions checked here.
+//! permissions checked here. Compact needs the root role.
 
 use super::{unexpected, validate, EtcdServer};
 use crate::apply::quota::{self, cost_put, cost_txn};
@@ -98,7 +98,7 @@ impl EtcdServer {
                 self.linearizable_read_notify().await?;
             }
             if self.auth.is_enabled() {
-                crate::apply::check_txn(&self.auth, who.as_ref(), &req)?;
+                crate::apply::check_txn(&self.auth, &self.lessor, who.as_ref(), &req)?;
             }
             let mut resp = self.kv.read_txn(&req)?;
             self.fill(&mut resp.header);
@@ -118,6 +118,8 @@ impl EtcdServer {
         req: CompactionRequest,
         who: Option<AuthInfo>,
     ) -> Result<CompactionResponse, ServerError> {
+        // root only (etcd 3.5.28+, CVE-2026-33413), checked before raft
+        self.require_root(who.as_ref())?;
         let (rev, physical) = (req.revision, req.physical);
         match self.propose_as(Request::Compaction(req), who).await? {
             ApplyResult::Compaction(mut r) => {

@@ -9,6 +9,11 @@
 //!   them to the leader on the peer service (`RaftPeer/LeaseRenew`,
 //!   `RaftPeer/LeaseTimeToLive`; etcd's leasehttp), retrying until the
 //!   request timeout; with no leader: "etcdserver: no leader".
+//! * Who may call (etcd 3.5.28+): every lease RPC needs a user; a
+//!   keepalive and a revoke need WRITE on every key attached to the
+//!   lease, a TimeToLive with keys READ on them, LeaseLeases READ on the
+//!   keys of every lease (all or nothing). Checked on the member that
+//!   takes the request, before any forwarding.
 //! * [`run_lessor`]: every 500 ms the primary lessor's expired leases are
 //!   revoked through raft (at most `leaseRevokeRate / 2` per round, 16 in
 //!   flight, as etcd) and due checkpoints proposed.
@@ -18,6 +23,7 @@ use crate::apply::quota::LEASE_OVERHEAD;
 use crate::apply::ApplyResult;
 use crate::auth::AuthInfo;
 use crate::error::ServerError;
+use crate::raft::transport::with_cluster_id;
 use crate::tls::Dialer;
 use parking_lot::Mutex;
 use retcd_api::etcdserverpb::{
@@ -65,10 +71,12 @@ impl Forwarder {
         }
         let ch = self
             .dialer
-            .peer_endpoint(url)
+            .peer(url)
             .ok()?
-            .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
+            .configure(|ep| {
+                ep.connect_timeout(Duration::from_millis(500))
+                    .tcp_nodelay(true)
+            })
             .connect_lazy();
         chans.insert(url.to_string(), ch.clone());
         Some(RaftPeerClient::new(ch))
@@ -149,6 +157,7 @@ impl EtcdServer {
         who: Option<AuthInfo>,
     ) -> Result<LeaseGrantResponse, ServerError> {
         self.check_quota(LEASE_OVERHEAD).await?;
+        self.require_user(who.as_ref())?;
         // No ID given: the server picks one from its request id generator,
         // positive, as etcd.
         while req.id == 0 {
@@ -168,6 +177,7 @@ impl EtcdServer {
         req: LeaseRevokeRequest,
         who: Option<AuthInfo>,
     ) -> Result<LeaseRevokeResponse, ServerError> {
+        self.require_user(who.as_ref())?;
         match self.propose_as(Request::LeaseRevoke(req), who).await? {
             ApplyResult::LeaseRevoke(mut r) => {
                 self.fill(&mut r.header);
@@ -181,7 +191,9 @@ impl EtcdServer {
     /// renew; an unknown or revoked lease is `LeaseError::NotFound`.
     /// Locally on the leader (after making sure it still is), else
     /// forwarded.
-    pub async fn lease_renew(&self, id: i64) -> Result<i64, ServerError> {
+    pub async fn lease_renew(&self, id: i64, who: Option<AuthInfo>) -> Result<i64, ServerError> {
+        self.require_user(who.as_ref())?;
+        crate::apply::lease_keys_writable(&self.auth, &self.lessor, who.as_ref(), id)?;
         let deadline = Instant::now() + self.request_timeout();
         loop {
             match leader_target(self, deadline).await? {
@@ -205,7 +217,13 @@ impl EtcdServer {
                         let Some(mut c) = self.lease_forwarder.client(url) else {
                             continue;
                         };
-                        match c.lease_renew(LeaseKeepAliveRequest { id }).await {
+                        match c
+                            .lease_renew(with_cluster_id(
+                                LeaseKeepAliveRequest { id },
+                                self.cluster_id,
+                            ))
+                            .await
+                        {
                             Ok(r) => return Ok(r.into_inner().ttl),
                             Err(s) if s.code() == Code::NotFound => {
                                 return Err(LeaseError::NotFound.into())
@@ -226,7 +244,18 @@ impl EtcdServer {
     pub async fn lease_time_to_live(
         &self,
         req: LeaseTimeToLiveRequest,
+        who: Option<AuthInfo>,
     ) -> Result<LeaseTimeToLiveResponse, ServerError> {
+        self.require_user(who.as_ref())?;
+        if req.keys {
+            // etcd's checkLeaseTimeToLive: READ on every attached key (an
+            // unknown lease skips it and answers TTL -1)
+            if let Some(l) = self.lessor.lookup(req.id) {
+                for k in &l.keys {
+                    self.auth.check_range(who.as_ref(), k, b"")?;
+                }
+            }
+        }
         let mut resp = match lease_time_to_live(self, &req).await {
             Ok(r) => r,
             Err(ServerError::Lease(LeaseError::NotFound)) => LeaseTimeToLiveResponse {
@@ -240,17 +269,21 @@ impl EtcdServer {
         Ok(resp)
     }
 
-    pub fn lease_leases(&self) -> LeaseLeasesResponse {
-        let leases = self
-            .lessor
-            .leases()
-            .into_iter()
-            .map(|id| LeaseStatus { id })
-            .collect();
-        LeaseLeasesResponse {
-            header: self.current_header(),
-            leases,
+    pub fn lease_leases(&self, who: Option<AuthInfo>) -> Result<LeaseLeasesResponse, ServerError> {
+        self.require_user(who.as_ref())?;
+        let ids = self.lessor.leases();
+        if self.auth.is_enabled() {
+            // etcd's checkLeaseLeases: READ on the keys of every lease
+            for id in &ids {
+                for k in self.lessor.lookup(*id).map(|l| l.keys).unwrap_or_default() {
+                    self.auth.check_range(who.as_ref(), &k, b"")?;
+                }
+            }
         }
+        Ok(LeaseLeasesResponse {
+            header: self.current_header(),
+            leases: ids.into_iter().map(|id| LeaseStatus { id }).collect(),
+        })
     }
 }
 
@@ -272,7 +305,10 @@ async fn lease_time_to_live(
                     let Some(mut c) = server.lease_forwarder.client(url) else {
                         continue;
                     };
-                    match c.lease_time_to_live(*req).await {
+                    match c
+                        .lease_time_to_live(with_cluster_id(*req, server.cluster_id))
+                        .await
+                    {
                         Ok(r) => return Ok(r.into_inner()),
                         Err(s) if s.code() == Code::NotFound => {
                             return Err(LeaseError::NotFound.into())

@@ -7,11 +7,12 @@
 //!   `retcd_mvcc::KvStore::defrag`): requests keep being served.
 //! * Hash, HashKV and Defragment scan or rewrite the store: on a blocking
 //!   thread, never a runtime worker.
-//! * etcd's `authMaintenanceServer`: Defragment, Snapshot and Hash need
-//!   the root role while auth is enabled, and answer the auth package's
-//!   raw errors (code Unknown). (etcd also guards HashKV; retcd answers
-//!   it, since members compare HashKVs over each other's client URLs for
-//!   the corruption check. A hash reveals no data.)
+//! * Who may call (etcd 3.5.33's `authMaintenanceServer`): Defragment,
+//!   Snapshot, Hash and HashKV need the root role and answer the auth
+//!   package's raw errors (code Unknown, `auth: …`); alarm activate and
+//!   deactivate, MoveLeader and Downgrade need root with the usual codes;
+//!   alarm get and Status need a user. Members compare HashKVs over the
+//!   peer port (`hash_kv_for_peer`), which only members reach.
 
 use super::{unexpected, EtcdServer};
 use crate::apply::alarm::alarm_string;
@@ -36,9 +37,21 @@ impl EtcdServer {
         self.auth.check_admin(who).map_err(ServerError::AuthRaw)
     }
 
-    pub async fn alarm(&self, req: AlarmRequest) -> Result<AlarmResponse, ServerError> {
-        if AlarmAction::try_from(req.action).is_err() {
-            return Err(ServerError::UnknownAlarmAction);
+    pub async fn alarm(
+        &self,
+        req: AlarmRequest,
+        who: Option<AuthInfo>,
+    ) -> Result<AlarmResponse, ServerError> {
+        match AlarmAction::try_from(req.action) {
+            Err(_) => return Err(ServerError::UnknownAlarmAction),
+            Ok(AlarmAction::Get) => self.require_user(who.as_ref())?,
+            Ok(AlarmAction::Activate | AlarmAction::Deactivate) => {
+                self.require_root(who.as_ref())?;
+                // an alarm names a member of this cluster
+                if self.member(req.member_id).is_none() {
+                    return Err(ServerError::MemberNotFound);
+                }
+            }
         }
         match self.propose(Request::Alarm(req)).await? {
             ApplyResult::Alarm(mut r) => {
@@ -49,7 +62,13 @@ impl EtcdServer {
         }
     }
 
-    pub fn status(&self) -> StatusInfo {
+    pub fn status(&self, who: Option<&AuthInfo>) -> Result<StatusInfo, ServerError> {
+        self.require_user(who)?;
+        Ok(self.status_now())
+    }
+
+    /// Status, without the caller check (the server's own health checks).
+    pub fn status_now(&self) -> StatusInfo {
         let raft = self.proposer.status();
         let leader = raft.leader();
         let mut errors = Vec::new();
@@ -120,7 +139,17 @@ impl EtcdServer {
         })
     }
 
-    pub async fn hash_kv(&self, revision: i64) -> Result<HashKvResponse, ServerError> {
+    pub async fn hash_kv(
+        &self,
+        revision: i64,
+        who: Option<AuthInfo>,
+    ) -> Result<HashKvResponse, ServerError> {
+        self.check_admin_raw(who.as_ref())?;
+        self.hash_kv_for_peer(revision).await
+    }
+
+    /// HashKV for another member's corruption check (the peer port).
+    pub async fn hash_kv_for_peer(&self, revision: i64) -> Result<HashKvResponse, ServerError> {
         let (hash, compact_revision, hash_revision) = self.local_hash_kv(revision).await?;
         Ok(HashKvResponse {
             header: self.current_header(),
@@ -150,7 +179,12 @@ impl EtcdServer {
         Ok(self.kv.snapshot_dump())
     }
 
-    pub async fn downgrade(&self, req: DowngradeRequest) -> Result<DowngradeResponse, ServerError> {
+    pub async fn downgrade(
+        &self,
+        req: DowngradeRequest,
+        who: Option<AuthInfo>,
+    ) -> Result<DowngradeResponse, ServerError> {
+        self.require_root(who.as_ref())?;
         let action = DowngradeAction::try_from(req.action)
             .map_err(|_| ServerError::UnknownDowngradeAction)?;
         match action {

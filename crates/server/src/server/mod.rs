@@ -193,6 +193,21 @@ impl EtcdServer {
         self.propose_as(request, None).await
     }
 
+    /// etcd's `requireAuthInfo`: while auth is enabled, some user (any
+    /// roles).
+    fn require_user(&self, who: Option<&AuthInfo>) -> Result<(), ServerError> {
+        if !self.auth.is_enabled() || who.is_some_and(|w| !w.username.is_empty()) {
+            return Ok(());
+        }
+        Err(crate::auth::AuthError::UserEmpty.into())
+    }
+
+    /// etcd's `IsAdminPermitted`: while auth is enabled, a user with the
+    /// root role.
+    fn require_root(&self, who: Option<&AuthInfo>) -> Result<(), ServerError> {
+        Ok(self.auth.check_admin(who)?)
+    }
+
     /// Stops the raft thread after a durable backend commit.
     pub async fn stop(&self) {
         self.proposer.stop().await

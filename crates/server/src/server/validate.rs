@@ -35,7 +35,16 @@ pub fn check_delete(r: &DeleteRangeRequest) -> Result<(), ServerError> {
     Ok(())
 }
 
+/// How deeply txns may nest. etcd's only bound is `--max-txn-ops` shrinking
+/// at each level; retcd also stops well below prost's decoding recursion
+/// limit (100), so that every accepted txn still decodes inside the raft
+/// entry that wraps it, and the checks that recurse stay shallow.
+pub const MAX_TXN_DEPTH: usize = 32;
+
 pub fn check_txn(r: &TxnRequest, max_txn_ops: usize) -> Result<(), ServerError> {
+    if txn_depth(r) > MAX_TXN_DEPTH {
+        return Err(ServerError::TooManyOps);
+    }
     check_txn_ops(r, max_txn_ops)?;
     check_intervals(&r.success)?;
     check_intervals(&r.failure)?;
@@ -54,6 +63,20 @@ fn check_txn_ops(r: &TxnRequest, max_txn_ops: usize) -> Result<(), ServerError> 
         check_op(op, max_txn_ops - opc)?;
     }
     Ok(())
+}
+
+/// 1 for a txn without nested txns.
+fn txn_depth(r: &TxnRequest) -> usize {
+    1 + r
+        .success
+        .iter()
+        .chain(&r.failure)
+        .filter_map(|op| match &op.request {
+            Some(Op::RequestTxn(t)) => Some(txn_depth(t)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 fn check_op(op: &RequestOp, max_txn_ops: usize) -> Result<(), ServerError> {
@@ -197,6 +220,42 @@ mod tests {
             ..Default::default()
         };
         assert!(check_txn(&t, 128).is_ok());
+    }
+
+    fn nested(depth: usize) -> TxnRequest {
+        let mut t = TxnRequest {
+            success: vec![put("k")],
+            ..Default::default()
+        };
+        for _ in 1..depth {
+            t = TxnRequest {
+                success: vec![RequestOp {
+                    request: Some(Op::RequestTxn(t)),
+                }],
+                ..Default::default()
+            };
+        }
+        t
+    }
+
+    #[test]
+    fn test_txn_nesting_is_bounded() {
+        assert_eq!(txn_depth(&nested(1)), 1);
+        assert!(check_txn(&nested(MAX_TXN_DEPTH), 128).is_ok());
+        assert!(matches!(
+            check_txn(&nested(MAX_TXN_DEPTH + 1), 128),
+            Err(ServerError::TooManyOps)
+        ));
+        // the deepest accepted txn still decodes inside a raft entry
+        use prost::Message;
+        let req = retcd_api::retcdpb::InternalRaftRequest {
+            request: Some(retcd_api::retcdpb::internal_raft_request::Request::Txn(
+                nested(MAX_TXN_DEPTH),
+            )),
+            ..Default::default()
+        };
+        let bytes = req.encode_to_vec();
+        assert!(retcd_api::retcdpb::InternalRaftRequest::decode(&bytes[..]).is_ok());
     }
 
     #[test]

@@ -154,6 +154,8 @@ pub enum WalError {
     MissingSegment { expected: u64, found: String },
     #[error("wal: segment {segment} has no {what} record")]
     MissingRecord { segment: String, what: &'static str },
+    #[error("wal: entry {found} follows entry {after}: records are missing from the log (refusing to start on a damaged WAL)")]
+    IndexGap { after: u64, found: u64 },
     #[error("wal: conflicting metadata in segment {segment}")]
     MetadataConflict { segment: String },
     #[error("wal: record of {len} bytes is too large")]
@@ -364,6 +366,23 @@ impl Wal {
         let snap_index = snapshot.as_ref().map_or(0, |s| s.index);
         let last_index = entries.last().map_or(0, |e| e.index).max(snap_index);
         entries.retain(|e| e.index > snap_index);
+        // The log must go on from the snapshot with no hole: a CRC-valid
+        // file can still miss records (a segment deleted by hand, a bad
+        // copy), and raft would then read wrong terms.
+        let mut prev = match (&snapshot, entries.first()) {
+            (Some(s), _) => s.index,
+            (None, Some(e)) => e.index - 1,
+            (None, None) => 0,
+        };
+        for e in &entries {
+            if e.index != prev + 1 {
+                return Err(WalError::IndexGap {
+                    after: prev,
+                    found: e.index,
+                });
+            }
+            prev = e.index;
+        }
         let wal = Wal {
             dir: dir.to_path_buf(),
             metadata: metadata.clone(),

@@ -384,7 +384,14 @@ fn test_release_lock_to() {
     assert_eq!(c.entries.first().map(|e| e.index), Some(61));
     assert_eq!(c.entries.last().map(|e| e.index), Some(101));
     assert_eq!(c.entries.len(), 41);
-    // Never deletes the segment being written.
+    // Never deletes the segment being written (after a snapshot at the
+    // last entry, so what stays is a log without holes).
+    w.save_snapshot(&WalSnapshot {
+        index: 101,
+        term: 1,
+        payload: b"cs".to_vec(),
+    })
+    .unwrap();
     w.release_to(u64::MAX).unwrap();
     assert!(!segment_paths(dir.path()).is_empty());
     drop(w);
@@ -887,4 +894,42 @@ proptest! {
             prop_assert_eq!(c2.entries.last(), Some(&ent(next, 3)));
         }
     }
+}
+
+#[test]
+fn test_index_gap_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save_snapshot(&WalSnapshot {
+        index: 1,
+        term: 1,
+        payload: vec![],
+    })
+    .unwrap();
+    // CRC-valid records, but entry 4 is missing
+    w.save(None, &ents(2..=3, 1)).unwrap();
+    w.save(None, &ents(5..=6, 1)).unwrap();
+    drop(w);
+    match Wal::open(dir.path()) {
+        Err(WalError::IndexGap { after: 3, found: 5 }) => {}
+        other => panic!(
+            "expected an index gap, got {:?}",
+            other.map(|(_, c)| c.entries)
+        ),
+    }
+    // a log that skips right after the snapshot too
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Wal::create(dir.path(), b"m").unwrap();
+    w.save_snapshot(&WalSnapshot {
+        index: 1,
+        term: 1,
+        payload: vec![],
+    })
+    .unwrap();
+    w.save(None, &ents(3..=4, 1)).unwrap();
+    drop(w);
+    assert!(matches!(
+        Wal::open(dir.path()),
+        Err(WalError::IndexGap { after: 1, found: 3 })
+    ));
 }

@@ -51,9 +51,10 @@ impl Auth for AuthService {
 
     async fn auth_status(
         &self,
-        _request: Request<AuthStatusRequest>,
+        request: Request<AuthStatusRequest>,
     ) -> Result<Response<AuthStatusResponse>, Status> {
-        let (enabled, auth_revision) = self.server.auth_status().await?;
+        let who = caller(&self.server, request.metadata())?;
+        let (enabled, auth_revision) = self.server.auth_status(who).await?;
         Ok(Response::new(AuthStatusResponse {
             header: self.header(),
             enabled,
@@ -65,9 +66,9 @@ impl Auth for AuthService {
         &self,
         request: Request<AuthenticateRequest>,
     ) -> Result<Response<AuthenticateResponse>, Status> {
-        let (md, _, r) = request.into_parts();
-        let who = caller(&self.server, &md)?;
-        let token = self.server.authenticate(&r.name, &r.password, who).await?;
+        // the metadata's token, if any, is not looked at (etcd 3.5)
+        let r = request.into_inner();
+        let token = self.server.authenticate(&r.name, &r.password).await?;
         Ok(Response::new(AuthenticateResponse {
             header: self.header(),
             token,

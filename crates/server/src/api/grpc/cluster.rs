@@ -1,6 +1,7 @@
 //! etcdserverpb.Cluster: MemberAdd, MemberRemove, MemberUpdate, MemberList,
 //! MemberPromote (the membership logic is `server::cluster`).
 
+use crate::api::caller;
 use crate::apply::membership::to_pb;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::cluster_server::Cluster;
@@ -34,10 +35,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
         let req = request.into_inner();
         let (m, members) = self
             .server
-            .member_add(&req.peer_ur_ls, req.is_learner)
+            .member_add(&req.peer_ur_ls, req.is_learner, who)
             .await?;
         Ok(Response::new(MemberAddResponse {
             header: self.header(),
@@ -56,7 +58,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
-        let members = self.server.member_remove(request.into_inner().id).await?;
+        let who = caller(&self.server, request.metadata())?;
+        let members = self
+            .server
+            .member_remove(request.into_inner().id, who)
+            .await?;
         Ok(Response::new(MemberRemoveResponse {
             header: self.header(),
             members: to_pb_all(&members),
@@ -67,8 +73,12 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
         let req = request.into_inner();
-        let members = self.server.member_update(req.id, req.peer_ur_ls).await?;
+        let members = self
+            .server
+            .member_update(req.id, req.peer_ur_ls, who)
+            .await?;
         Ok(Response::new(MemberUpdateResponse {
             header: self.header(),
             members: to_pb_all(&members),
@@ -77,11 +87,14 @@ impl Cluster for ClusterService {
 
     async fn member_list(
         &self,
-        _request: Request<MemberListRequest>,
+        request: Request<MemberListRequest>,
     ) -> Result<Response<MemberListResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
+        let req = request.into_inner();
+        let members = self.server.member_list(req.linearizable, who).await?;
         Ok(Response::new(MemberListResponse {
             header: self.header(),
-            members: to_pb_all(&self.server.members()),
+            members: to_pb_all(&members),
         }))
     }
 
@@ -89,7 +102,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
-        let members = self.server.member_promote(request.into_inner().id).await?;
+        let who = caller(&self.server, request.metadata())?;
+        let members = self
+            .server
+            .member_promote(request.into_inner().id, who)
+            .await?;
         Ok(Response::new(MemberPromoteResponse {
             header: self.header(),
             members,

@@ -126,7 +126,9 @@ impl Election for ElectionService {
     }
 
     /// etcd's observe loop: the current leader, then its value changes,
-    /// then (once its key is deleted) the next leader, and so on.
+    /// then (once its key is deleted) the next leader, and so on. An error
+    /// of the inner client (a caller without READ on the election's
+    /// prefix) ends the stream without an error, as etcd's channel closes.
     async fn observe(
         &self,
         request: Request<LeaderRequest>,
@@ -141,7 +143,7 @@ impl Election for ElectionService {
                 let resp = match c.range(range_by_create(&pfx, false, 0)).await {
                     Ok(r) => r,
                     Err(e) => {
-                        let _ = tx.send(Err(e.into())).await;
+                        tracing::debug!(error = %e, "observe ended");
                         return;
                     }
                 };
@@ -153,7 +155,7 @@ impl Election for ElectionService {
                         let mut w = match c.watch_from(pfx.clone(), prefix_end(&pfx), rev).await {
                             Ok(w) => w,
                             Err(e) => {
-                                let _ = tx.send(Err(e.into())).await;
+                                tracing::debug!(error = %e, "observe ended");
                                 return;
                             }
                         };
@@ -195,7 +197,7 @@ impl Election for ElectionService {
                 {
                     Ok(w) => w,
                     Err(e) => {
-                        let _ = tx.send(Err(e.into())).await;
+                        tracing::debug!(error = %e, "observe ended");
                         return;
                     }
                 };

@@ -48,7 +48,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<tonic::codegen::BoxStream<LeaseKeepAliveResponse>>, Status> {
-        let mut input = request.into_inner();
+        let (md, _, mut input) = request.into_parts();
         let (tx, rx) = mpsc::channel(16);
         let server = self.server.clone();
         tokio::spawn(async move {
@@ -56,7 +56,12 @@ impl Lease for LeaseService {
                 // Header taken before the renew, as etcd: its revision is at
                 // most the one at which the keepalive happened.
                 let header = server.current_header();
-                let ttl = match server.lease_renew(req.id).await {
+                // who asks is looked at on every keepalive (etcd 3.5.28+)
+                let renewed = match caller(&server, &md) {
+                    Ok(who) => server.lease_renew(req.id, who).await,
+                    Err(e) => Err(e),
+                };
+                let ttl = match renewed {
                     Ok(ttl) => ttl,
                     Err(ServerError::Lease(LeaseError::NotFound)) => 0,
                     Err(e) => {
@@ -81,14 +86,19 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
-        let resp = self.server.lease_time_to_live(request.into_inner()).await?;
+        let who = caller(&self.server, request.metadata())?;
+        let resp = self
+            .server
+            .lease_time_to_live(request.into_inner(), who)
+            .await?;
         Ok(Response::new(resp))
     }
 
     async fn lease_leases(
         &self,
-        _request: Request<LeaseLeasesRequest>,
+        request: Request<LeaseLeasesRequest>,
     ) -> Result<Response<LeaseLeasesResponse>, Status> {
-        Ok(Response::new(self.server.lease_leases()))
+        let who = caller(&self.server, request.metadata())?;
+        Ok(Response::new(self.server.lease_leases(who)?))
     }
 }

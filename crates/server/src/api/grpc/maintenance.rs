@@ -101,16 +101,18 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<AlarmRequest>,
     ) -> Result<Response<AlarmResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
         Ok(Response::new(
-            self.server.alarm(request.into_inner()).await?,
+            self.server.alarm(request.into_inner(), who).await?,
         ))
     }
 
     async fn status(
         &self,
-        _request: Request<StatusRequest>,
+        request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
-        Ok(Response::new(self.server.status()))
+        let who = caller(&self.server, request.metadata())?;
+        Ok(Response::new(self.server.status(who.as_ref())?))
     }
 
     async fn defragment(
@@ -132,8 +134,9 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<HashKvRequest>,
     ) -> Result<Response<HashKvResponse>, Status> {
+        let who = self.admin_caller(request.metadata())?;
         let rev = request.into_inner().revision;
-        Ok(Response::new(self.server.hash_kv(rev).await?))
+        Ok(Response::new(self.server.hash_kv(rev, who).await?))
     }
 
     async fn snapshot(
@@ -198,8 +201,9 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
         self.server
-            .move_leader(request.into_inner().target_id)
+            .move_leader(request.into_inner().target_id, who)
             .await?;
         // etcd answers MoveLeader with an empty response (no header).
         Ok(Response::new(MoveLeaderResponse { header: None }))
@@ -209,8 +213,9 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<DowngradeRequest>,
     ) -> Result<Response<DowngradeResponse>, Status> {
+        let who = caller(&self.server, request.metadata())?;
         Ok(Response::new(
-            self.server.downgrade(request.into_inner()).await?,
+            self.server.downgrade(request.into_inner(), who).await?,
         ))
     }
 }
