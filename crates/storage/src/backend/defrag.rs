@@ -215,13 +215,18 @@ impl DefragTarget {
         txn.commit()?;
         std::fs::rename(&self.tmp, backend.path())
             .map_err(|e| BackendError::Redb(format!("defrag: rename: {e}")))?;
-        if let Some(dir) = backend.path().parent() {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
+        // The rename is durable only once the directory is synced; the new
+        // file is in place either way, so the backend uses it, and a failed
+        // sync is reported (the defrag fails) rather than ignored.
+        let dir = backend.path().parent().unwrap_or(Path::new("."));
+        let synced = std::fs::File::open(dir).and_then(|d| d.sync_all());
         backend.swap(db);
-        Ok(())
+        synced.map_err(|e| {
+            BackendError::Redb(format!(
+                "defrag: fsync of {} after the rename: {e}",
+                dir.display()
+            ))
+        })
     }
 }
 
