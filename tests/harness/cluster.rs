@@ -43,7 +43,29 @@ impl Cluster {
     /// a data dir written by an older build. Start it with
     /// [`Cluster::start_all`].
     pub fn create(flavor: Flavor, n: usize, extra_flags: &[&str]) -> Result<Cluster> {
-        let bin = flavor.binary();
+        Cluster::create_with_binary(flavor, flavor.binary(), n, extra_flags)
+    }
+
+    /// [`Cluster::start`] with another server binary of `flavor` (e.g.
+    /// [`crate::etcd351_bin`], etcd 3.5.1 instead of the Debian 3.4.23 one).
+    pub async fn start_with_binary(
+        flavor: Flavor,
+        bin: PathBuf,
+        n: usize,
+        extra_flags: &[&str],
+    ) -> Result<Cluster> {
+        let mut c = Cluster::create_with_binary(flavor, bin, n, extra_flags)?;
+        c.start_all().await?;
+        Ok(c)
+    }
+
+    /// [`Cluster::create`] with the server binary `bin`.
+    pub fn create_with_binary(
+        flavor: Flavor,
+        bin: PathBuf,
+        n: usize,
+        extra_flags: &[&str],
+    ) -> Result<Cluster> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("retcd-test-{}-", flavor.name()))
             .tempdir()
