@@ -57,14 +57,16 @@ struct Services {
     election: election::ElectionService,
 }
 
-/// grpc-gateway v1's HTTP status for a gRPC code (`HTTPStatusFromCode`).
+/// grpc-gateway's HTTP status for a gRPC code (`HTTPStatusFromCode`, as in
+/// etcd 3.5).
 fn http_status(code: Code) -> StatusCode {
     match code {
         Code::Ok => StatusCode::OK,
         Code::Cancelled => StatusCode::REQUEST_TIMEOUT,
         Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
         Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
-        Code::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
+        // grpc-gateway v1.16 (etcd 3.5) and v2 (3.6); v1.9.5 (3.4) said 412
+        Code::FailedPrecondition => StatusCode::BAD_REQUEST,
         Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
         Code::NotFound => StatusCode::NOT_FOUND,
         Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
@@ -76,12 +78,12 @@ fn http_status(code: Code) -> StatusCode {
     }
 }
 
-/// grpc-gateway's error body, fields in its order.
+/// grpc-gateway's error body, fields in v1.16's order (etcd 3.5).
 #[derive(Serialize)]
 struct ErrorBody<'a> {
     error: &'a str,
-    message: &'a str,
     code: i32,
+    message: &'a str,
 }
 
 fn error(status: &Status) -> Response {

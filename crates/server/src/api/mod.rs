@@ -12,7 +12,7 @@ pub mod http;
 pub mod peer;
 
 use crate::auth::cert::CERT_CN_HEADER;
-use crate::auth::AuthInfo;
+use crate::auth::Credentials;
 use crate::error::ServerError;
 use crate::server::EtcdServer;
 use std::sync::Arc;
@@ -58,30 +58,26 @@ pub async fn client_guard(
     next.run(req).await
 }
 
-/// Who sent a gRPC request (etcd's `AuthInfoFromCtx`): the user its
-/// `token` (or `authorization`) metadata names, None without one (a token
-/// is checked even while auth is disabled: a stale one is refused, as
-/// etcd 3.4 does). With
-/// `--client-cert-auth` and no token, the verified client certificate's
-/// common name (etcd's `AuthInfoFromTLS`), as the client port's guard
-/// passed it on.
-pub fn caller(
-    server: &EtcdServer,
-    md: &tonic::metadata::MetadataMap,
-) -> Result<Option<AuthInfo>, ServerError> {
-    // etcd 3.5.32+: a "Bearer " prefix is dropped
+/// What a gRPC request says about who sent it (checked by the server,
+/// `EtcdServer::who`): the `token` metadata, else `authorization` (a
+/// `Bearer ` prefix dropped, as etcd 3.5.32+); with `--client-cert-auth`,
+/// the verified client certificate's common name as the client port's
+/// guard passed it on.
+pub fn credentials(server: &EtcdServer, md: &tonic::metadata::MetadataMap) -> Credentials {
     let token = md
         .get("token")
         .or_else(|| md.get("authorization"))
         .map(|v| v.to_str().unwrap_or_default())
-        .map(|t| t.strip_prefix("Bearer ").unwrap_or(t));
-    if token.is_none() && server.cfg.client_cert_auth {
-        if let Some(cn) = md.get(CERT_CN_HEADER) {
-            return Ok(Some(AuthInfo {
-                username: cn.to_str().unwrap_or_default().to_string(),
-                revision: server.auth().revision(),
-            }));
-        }
+        .map(|t| t.strip_prefix("Bearer ").unwrap_or(t).to_string());
+    let cert_cn = server
+        .cfg
+        .client_cert_auth
+        .then(|| md.get(CERT_CN_HEADER))
+        .flatten()
+        .map(|v| v.to_str().unwrap_or_default().to_string());
+    Credentials {
+        token,
+        cert_cn,
+        ..Default::default()
     }
-    Ok(server.auth().info_from_token(token)?)
 }

@@ -54,6 +54,33 @@ impl AuthInfo {
     }
 }
 
+/// What a request says about who sent it, not yet checked: its token, or
+/// the common name of its verified client certificate. The server turns it
+/// into an [`AuthInfo`] where etcd does (`AuthInfoFromCtx`), after the
+/// request's own checks.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    pub token: Option<String>,
+    pub cert_cn: Option<String>,
+    /// The server itself, acting as root (etcd's `WithRoot`).
+    pub(crate) server_itself: bool,
+}
+
+impl Credentials {
+    /// No token and no certificate.
+    pub fn none() -> Credentials {
+        Credentials::default()
+    }
+
+    /// The server itself, as root (expiring leases, auto-compaction).
+    pub fn server_itself() -> Credentials {
+        Credentials {
+            server_itself: true,
+            ..Default::default()
+        }
+    }
+}
+
 /// The auth store; see the module documentation. Share as `Arc`.
 #[derive(Debug)]
 pub struct AuthStore {

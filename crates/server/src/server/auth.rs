@@ -6,7 +6,7 @@
 
 use super::{unexpected, EtcdServer};
 use crate::apply::ApplyResult;
-use crate::auth::{AuthError, AuthInfo};
+use crate::auth::{AuthError, AuthInfo, Credentials};
 use crate::error::ServerError;
 use retcd_api::authpb::{Permission, UserAddOptions};
 use retcd_api::retcdpb::auth_request::Op;
@@ -35,6 +35,15 @@ impl EtcdServer {
     pub async fn auth_change(
         &self,
         op: Op,
+        creds: &Credentials,
+    ) -> Result<Option<String>, ServerError> {
+        let who = self.who(creds)?;
+        self.auth_change_as(op, who).await
+    }
+
+    async fn auth_change_as(
+        &self,
+        op: Op,
         who: Option<AuthInfo>,
     ) -> Result<Option<String>, ServerError> {
         let req = Request::Auth(AuthRequest { op: Some(op) });
@@ -46,15 +55,15 @@ impl EtcdServer {
 
     /// `who`, after a linearizable read barrier (reads of the auth store
     /// see every change applied before the call).
-    async fn auth_reader(&self, who: Option<AuthInfo>) -> Result<Option<AuthInfo>, ServerError> {
+    async fn auth_reader(&self, creds: &Credentials) -> Result<Option<AuthInfo>, ServerError> {
         self.linearizable_read_notify().await?;
-        Ok(who)
+        self.who(creds)
     }
 
     /// AuthStatus: (enabled, auth revision); root only while auth is
     /// enabled (etcd 3.5 applies it with `needAdminPermission`).
-    pub async fn auth_status(&self, who: Option<AuthInfo>) -> Result<(bool, u64), ServerError> {
-        self.linearizable_read_notify().await?;
+    pub async fn auth_status(&self, creds: &Credentials) -> Result<(bool, u64), ServerError> {
+        let who = self.auth_reader(creds).await?;
         self.require_root(who.as_ref())?;
         Ok((self.auth.is_enabled(), self.auth.revision()))
     }
@@ -86,7 +95,7 @@ impl EtcdServer {
                     crate::auth::simple_token::token_prefix()
                 },
             });
-            let token = match self.auth_change(op, None).await? {
+            let token = match self.auth_change_as(op, None).await? {
                 Some(simple) => simple,
                 None => {
                     // JWT: signed here once the entry applied (RSA signing
@@ -111,7 +120,7 @@ impl EtcdServer {
         name: String,
         password: String,
         options: Option<UserAddOptions>,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<(), ServerError> {
         let no_password = options.as_ref().is_some_and(|o| o.no_password);
         let hashed_password = if no_password {
@@ -124,37 +133,37 @@ impl EtcdServer {
             hashed_password,
             options,
         });
-        self.auth_change(op, who).await.map(|_| ())
+        self.auth_change(op, creds).await.map(|_| ())
     }
 
     pub async fn user_change_password(
         &self,
         name: String,
         password: String,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<(), ServerError> {
         let op = Op::UserChangePassword(AuthUserChangePassword {
             name,
             hashed_password: hash_password(password, self.cfg.bcrypt_cost).await?,
         });
-        self.auth_change(op, who).await.map(|_| ())
+        self.auth_change(op, creds).await.map(|_| ())
     }
 
     /// A user's roles (the user itself or an admin).
     pub async fn user_get(
         &self,
         name: &str,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<Vec<String>, ServerError> {
-        let who = self.auth_reader(who).await?;
+        let who = self.auth_reader(creds).await?;
         if who.as_ref().is_none_or(|w| w.username != name) {
             self.auth.check_admin(who.as_ref())?;
         }
         Ok(self.auth.user(name)?.roles)
     }
 
-    pub async fn user_list(&self, who: Option<AuthInfo>) -> Result<Vec<String>, ServerError> {
-        let who = self.auth_reader(who).await?;
+    pub async fn user_list(&self, creds: &Credentials) -> Result<Vec<String>, ServerError> {
+        let who = self.auth_reader(creds).await?;
         self.auth.check_admin(who.as_ref())?;
         Ok(self.auth.user_names())
     }
@@ -163,9 +172,9 @@ impl EtcdServer {
     pub async fn role_get(
         &self,
         role: &str,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<Vec<Permission>, ServerError> {
-        let who = self.auth_reader(who).await?;
+        let who = self.auth_reader(creds).await?;
         if !who
             .as_ref()
             .is_some_and(|w| self.auth.has_role(&w.username, role))
@@ -175,8 +184,8 @@ impl EtcdServer {
         Ok(self.auth.role(role)?.key_permission)
     }
 
-    pub async fn role_list(&self, who: Option<AuthInfo>) -> Result<Vec<String>, ServerError> {
-        let who = self.auth_reader(who).await?;
+    pub async fn role_list(&self, creds: &Credentials) -> Result<Vec<String>, ServerError> {
+        let who = self.auth_reader(creds).await?;
         self.auth.check_admin(who.as_ref())?;
         Ok(self.auth.role_names())
     }

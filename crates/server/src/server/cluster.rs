@@ -10,7 +10,7 @@
 
 use super::EtcdServer;
 use crate::apply::membership::{is_started, ConfChangeContext};
-use crate::auth::AuthInfo;
+use crate::auth::Credentials;
 use crate::config::split_urls;
 use crate::error::ServerError;
 use crate::ids::{new_member_id, Hex};
@@ -64,10 +64,10 @@ impl EtcdServer {
         &self,
         peer_urls: &[String],
         is_learner: bool,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<(Member, Vec<Member>), ServerError> {
         let urls = validate_peer_urls(peer_urls)?;
-        self.require_root(who.as_ref())?;
+        self.require_root(self.who(creds)?.as_ref())?;
         let m = Member {
             id: new_member_id(&urls, now_unix_secs()),
             name: String::new(),
@@ -98,9 +98,9 @@ impl EtcdServer {
     pub async fn member_remove(
         &self,
         id: u64,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<Vec<Member>, ServerError> {
-        self.require_root(who.as_ref())?;
+        self.require_root(self.who(creds)?.as_ref())?;
         self.may_remove_member(id)?;
         if id == self.leader() {
             self.hand_off_leadership(id).await;
@@ -111,15 +111,17 @@ impl EtcdServer {
         Ok(self.members())
     }
 
-    /// MemberUpdate: new peer URLs (checked as MemberAdd's are).
+    /// MemberUpdate: new peer URLs, kept in the order given (etcd does
+    /// not normalise them here), but refused when empty or malformed (etcd
+    /// 3.5 would store them and every peer sender would fail on them).
     pub async fn member_update(
         &self,
         id: u64,
         peer_urls: Vec<String>,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<Vec<Member>, ServerError> {
-        let peer_urls = validate_peer_urls(&peer_urls)?;
-        self.require_root(who.as_ref())?;
+        validate_peer_urls(&peer_urls)?;
+        self.require_root(self.who(creds)?.as_ref())?;
         let ctx = ConfChangeContext {
             member: Some(Member {
                 id,
@@ -140,12 +142,12 @@ impl EtcdServer {
     pub async fn member_list(
         &self,
         linearizable: bool,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<Vec<Member>, ServerError> {
         if linearizable {
             self.linearizable_read_notify().await?;
         }
-        self.require_user(who.as_ref())?;
+        self.require_user(self.who(creds)?.as_ref())?;
         Ok(self.members())
     }
 
@@ -157,10 +159,10 @@ impl EtcdServer {
     pub async fn member_promote(
         &self,
         id: u64,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<Vec<retcd_api::etcdserverpb::Member>, ServerError> {
         // on the member that took the request, before any forwarding
-        self.require_root(who.as_ref())?;
+        self.require_root(self.who(creds)?.as_ref())?;
         match self.promote_here(id).await {
             Ok(ms) => Ok(ms.iter().map(crate::apply::membership::to_pb).collect()),
             Err(ServerError::NotLeader) => {
@@ -262,8 +264,8 @@ impl EtcdServer {
     /// etcd's `MoveLeader`: on the leader only, to a voting member; waits
     /// (polling every heartbeat, bounded by the request timeout) until the
     /// transferee leads.
-    pub async fn move_leader(&self, target: u64, who: Option<AuthInfo>) -> Result<(), ServerError> {
-        self.require_root(who.as_ref())?;
+    pub async fn move_leader(&self, target: u64, creds: &Credentials) -> Result<(), ServerError> {
+        self.require_root(self.who(creds)?.as_ref())?;
         if self.leader() != self.member_id {
             return Err(ServerError::NotLeader);
         }

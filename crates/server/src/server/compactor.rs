@@ -62,8 +62,8 @@ async fn compact(server: &EtcdServer, rev: i64) -> Result<(), ServerError> {
         physical: false,
     };
     // the server itself, as root (etcd's compactor runs WithRoot)
-    let root = Some(crate::auth::AuthInfo::server_itself());
-    match server.compact(req, root).await {
+    let root = crate::auth::Credentials::server_itself();
+    match server.compact(req, &root).await {
         Err(ServerError::Mvcc(MvccError::Compacted)) => Ok(()),
         Err(e) => Err(e),
         Ok(_) => Ok(()),

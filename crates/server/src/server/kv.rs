@@ -10,7 +10,7 @@
 use super::{unexpected, validate, EtcdServer};
 use crate::apply::quota::{self, cost_put, cost_txn};
 use crate::apply::ApplyResult;
-use crate::auth::AuthInfo;
+use crate::auth::Credentials;
 use crate::error::ServerError;
 use retcd_api::etcdserverpb::{
     AlarmType, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
@@ -26,7 +26,7 @@ impl EtcdServer {
     pub async fn range(
         &self,
         req: RangeRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<RangeResponse, ServerError> {
         // The rest of the learner rule is the client port's guard.
         if !req.serializable && self.is_learner() {
@@ -36,6 +36,7 @@ impl EtcdServer {
         if !req.serializable {
             self.linearizable_read_notify().await?;
         }
+        let who = self.who(creds)?;
         self.auth
             .check_range(who.as_ref(), &req.key, &req.range_end)?;
         let small = req.range_end.is_empty()
@@ -56,10 +57,11 @@ impl EtcdServer {
     pub async fn put(
         &self,
         req: PutRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<PutResponse, ServerError> {
         self.check_quota(cost_put(&req)).await?;
         validate::check_put(&req)?;
+        let who = self.who(creds)?;
         match self.propose_as(Request::Put(req), who).await? {
             ApplyResult::Put(mut r) => {
                 self.fill(&mut r.header);
@@ -72,9 +74,10 @@ impl EtcdServer {
     pub async fn delete_range(
         &self,
         req: DeleteRangeRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<DeleteRangeResponse, ServerError> {
         validate::check_delete(&req)?;
+        let who = self.who(creds)?;
         match self.propose_as(Request::DeleteRange(req), who).await? {
             ApplyResult::DeleteRange(mut r) => {
                 self.fill(&mut r.header);
@@ -87,7 +90,7 @@ impl EtcdServer {
     pub async fn txn(
         &self,
         req: TxnRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<TxnResponse, ServerError> {
         self.check_quota(cost_txn(&req)).await?;
         validate::check_txn(&req, self.cfg.max_txn_ops as usize)?;
@@ -97,6 +100,7 @@ impl EtcdServer {
             if !retcd_mvcc::is_txn_serializable(&req) {
                 self.linearizable_read_notify().await?;
             }
+            let who = self.who(creds)?;
             if self.auth.is_enabled() {
                 crate::apply::check_txn(&self.auth, &self.lessor, who.as_ref(), &req)?;
             }
@@ -104,6 +108,7 @@ impl EtcdServer {
             self.fill(&mut resp.header);
             return Ok(resp);
         }
+        let who = self.who(creds)?;
         match self.propose_as(Request::Txn(req), who).await? {
             ApplyResult::Txn(mut r) => {
                 self.fill(&mut r.header);
@@ -116,9 +121,10 @@ impl EtcdServer {
     pub async fn compact(
         &self,
         req: CompactionRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<CompactionResponse, ServerError> {
         // root only (etcd 3.5.28+, CVE-2026-33413), checked before raft
+        let who = self.who(creds)?;
         self.require_root(who.as_ref())?;
         let (rev, physical) = (req.revision, req.physical);
         match self.propose_as(Request::Compaction(req), who).await? {

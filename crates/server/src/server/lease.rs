@@ -21,7 +21,7 @@
 use super::{unexpected, EtcdServer};
 use crate::apply::quota::LEASE_OVERHEAD;
 use crate::apply::ApplyResult;
-use crate::auth::AuthInfo;
+use crate::auth::{AuthInfo, Credentials};
 use crate::error::ServerError;
 use crate::raft::transport::with_cluster_id;
 use crate::tls::Dialer;
@@ -154,9 +154,10 @@ impl EtcdServer {
     pub async fn lease_grant(
         &self,
         mut req: LeaseGrantRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<LeaseGrantResponse, ServerError> {
         self.check_quota(LEASE_OVERHEAD).await?;
+        let who = self.who(creds)?;
         self.require_user(who.as_ref())?;
         // No ID given: the server picks one from its request id generator,
         // positive, as etcd.
@@ -175,8 +176,9 @@ impl EtcdServer {
     pub async fn lease_revoke(
         &self,
         req: LeaseRevokeRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<LeaseRevokeResponse, ServerError> {
+        let who = self.who(creds)?;
         self.require_user(who.as_ref())?;
         match self.propose_as(Request::LeaseRevoke(req), who).await? {
             ApplyResult::LeaseRevoke(mut r) => {
@@ -191,7 +193,8 @@ impl EtcdServer {
     /// renew; an unknown or revoked lease is `LeaseError::NotFound`.
     /// Locally on the leader (after making sure it still is), else
     /// forwarded.
-    pub async fn lease_renew(&self, id: i64, who: Option<AuthInfo>) -> Result<i64, ServerError> {
+    pub async fn lease_renew(&self, id: i64, creds: &Credentials) -> Result<i64, ServerError> {
+        let who = self.who(creds)?;
         self.require_user(who.as_ref())?;
         crate::apply::lease_keys_writable(&self.auth, &self.lessor, who.as_ref(), id)?;
         let deadline = Instant::now() + self.request_timeout();
@@ -244,8 +247,9 @@ impl EtcdServer {
     pub async fn lease_time_to_live(
         &self,
         req: LeaseTimeToLiveRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<LeaseTimeToLiveResponse, ServerError> {
+        let who = self.who(creds)?;
         self.require_user(who.as_ref())?;
         if req.keys {
             // etcd's checkLeaseTimeToLive: READ on every attached key (an
@@ -269,7 +273,8 @@ impl EtcdServer {
         Ok(resp)
     }
 
-    pub fn lease_leases(&self, who: Option<AuthInfo>) -> Result<LeaseLeasesResponse, ServerError> {
+    pub fn lease_leases(&self, creds: &Credentials) -> Result<LeaseLeasesResponse, ServerError> {
+        let who = self.who(creds)?;
         self.require_user(who.as_ref())?;
         let ids = self.lessor.leases();
         if self.auth.is_enabled() {

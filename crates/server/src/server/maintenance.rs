@@ -17,7 +17,7 @@
 use super::{unexpected, EtcdServer};
 use crate::apply::alarm::alarm_string;
 use crate::apply::ApplyResult;
-use crate::auth::AuthInfo;
+use crate::auth::Credentials;
 use crate::config::{ETCD_API_VERSION, ETCD_CLUSTER_VERSION};
 use crate::error::ServerError;
 use retcd_api::etcdserverpb::{
@@ -32,17 +32,33 @@ pub use retcd_mvcc::SnapshotDump;
 pub type StatusInfo = StatusResponse;
 
 impl EtcdServer {
-    /// etcd's admin check for maintenance RPCs, with its raw errors.
-    fn check_admin_raw(&self, who: Option<&AuthInfo>) -> Result<(), ServerError> {
-        self.auth.check_admin(who).map_err(ServerError::AuthRaw)
+    /// etcd 3.5's admin check for Defragment, Snapshot, Hash and HashKV:
+    /// looked at only while auth is enabled, and its errors (an invalid
+    /// token included) are the auth package's raw ones.
+    fn check_admin_raw(&self, creds: &Credentials) -> Result<(), ServerError> {
+        if !self.auth.is_enabled() {
+            return Ok(());
+        }
+        let who = self.who(creds).map_err(|e| match e {
+            ServerError::Auth(a) => ServerError::AuthRaw(a),
+            other => other,
+        })?;
+        self.auth
+            .check_admin(who.as_ref())
+            .map_err(ServerError::AuthRaw)
     }
 
     pub async fn alarm(
         &self,
         req: AlarmRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<AlarmResponse, ServerError> {
-        match AlarmAction::try_from(req.action) {
+        let action = AlarmAction::try_from(req.action);
+        if action.is_err() {
+            return Err(ServerError::UnknownAlarmAction);
+        }
+        let who = self.who(creds)?;
+        match action {
             Err(_) => return Err(ServerError::UnknownAlarmAction),
             Ok(AlarmAction::Get) => self.require_user(who.as_ref())?,
             Ok(AlarmAction::Activate | AlarmAction::Deactivate) => {
@@ -62,8 +78,8 @@ impl EtcdServer {
         }
     }
 
-    pub fn status(&self, who: Option<&AuthInfo>) -> Result<StatusInfo, ServerError> {
-        self.require_user(who)?;
+    pub fn status(&self, creds: &Credentials) -> Result<StatusInfo, ServerError> {
+        self.require_user(self.who(creds)?.as_ref())?;
         Ok(self.status_now())
     }
 
@@ -117,8 +133,8 @@ impl EtcdServer {
     }
 
     /// Defragments this member's backend (online).
-    pub async fn defragment(&self, who: Option<AuthInfo>) -> Result<(), ServerError> {
-        self.check_admin_raw(who.as_ref())?;
+    pub async fn defragment(&self, creds: &Credentials) -> Result<(), ServerError> {
+        self.check_admin_raw(creds)?;
         let kv = self.kv.clone();
         let stats = tokio::task::spawn_blocking(move || kv.defrag())
             .await
@@ -127,8 +143,8 @@ impl EtcdServer {
         Ok(())
     }
 
-    pub async fn hash(&self, who: Option<AuthInfo>) -> Result<HashResponse, ServerError> {
-        self.check_admin_raw(who.as_ref())?;
+    pub async fn hash(&self, creds: &Credentials) -> Result<HashResponse, ServerError> {
+        self.check_admin_raw(creds)?;
         let kv = self.kv.clone();
         let hash = tokio::task::spawn_blocking(move || kv.hash())
             .await
@@ -142,9 +158,9 @@ impl EtcdServer {
     pub async fn hash_kv(
         &self,
         revision: i64,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<HashKvResponse, ServerError> {
-        self.check_admin_raw(who.as_ref())?;
+        self.check_admin_raw(creds)?;
         self.hash_kv_for_peer(revision).await
     }
 
@@ -174,17 +190,17 @@ impl EtcdServer {
     }
 
     /// The store at one revision, to stream as a backup.
-    pub fn snapshot(&self, who: Option<AuthInfo>) -> Result<SnapshotDump, ServerError> {
-        self.check_admin_raw(who.as_ref())?;
+    pub fn snapshot(&self, creds: &Credentials) -> Result<SnapshotDump, ServerError> {
+        self.check_admin_raw(creds)?;
         Ok(self.kv.snapshot_dump())
     }
 
     pub async fn downgrade(
         &self,
         req: DowngradeRequest,
-        who: Option<AuthInfo>,
+        creds: &Credentials,
     ) -> Result<DowngradeResponse, ServerError> {
-        self.require_root(who.as_ref())?;
+        self.require_root(self.who(creds)?.as_ref())?;
         let action = DowngradeAction::try_from(req.action)
             .map_err(|_| ServerError::UnknownDowngradeAction)?;
         match action {

@@ -33,7 +33,7 @@ pub use maintenance::{SnapshotDump, StatusInfo};
 use crate::apply::alarm::AlarmStore;
 use crate::apply::membership::Members;
 use crate::apply::ApplyResult;
-use crate::auth::{AuthInfo, AuthStore};
+use crate::auth::{AuthInfo, AuthStore, Credentials};
 use crate::config::Config;
 use crate::error::ServerError;
 use crate::metrics::Metrics;
@@ -191,6 +191,25 @@ impl EtcdServer {
     /// [`EtcdServer::propose_as`] for the server itself (no user).
     async fn propose(&self, request: Request) -> Result<ApplyResult, ServerError> {
         self.propose_as(request, None).await
+    }
+
+    /// Who sent a request (etcd's `AuthInfoFromCtx`): the user its token
+    /// names; with `--client-cert-auth` and no token, its certificate's
+    /// common name; None with neither. A token that does not check out is
+    /// "invalid auth token" (also while auth is disabled, as etcd 3.5.1).
+    pub fn who(&self, c: &Credentials) -> Result<Option<AuthInfo>, ServerError> {
+        if c.server_itself {
+            return Ok(Some(AuthInfo::server_itself()));
+        }
+        if c.token.is_none() && self.cfg.client_cert_auth {
+            if let Some(cn) = &c.cert_cn {
+                return Ok(Some(AuthInfo {
+                    username: cn.clone(),
+                    revision: self.auth.revision(),
+                }));
+            }
+        }
+        Ok(self.auth.info_from_token(c.token.as_deref())?)
     }
 
     /// etcd's `requireAuthInfo`: while auth is enabled, some user (any

@@ -1,7 +1,7 @@
 //! etcdserverpb.Auth: users, roles, permissions, enable/disable and
 //! Authenticate (the flows are `server::auth`).
 
-use crate::api::caller;
+use crate::api::credentials;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::auth_server::Auth;
 use retcd_api::etcdserverpb::*;
@@ -21,8 +21,8 @@ impl AuthService {
     /// Proposes the auth change `op(request)` on behalf of its caller.
     async fn change<R>(&self, request: Request<R>, op: impl FnOnce(R) -> Op) -> Result<(), Status> {
         let (md, _, r) = request.into_parts();
-        let who = caller(&self.server, &md)?;
-        self.server.auth_change(op(r), who).await?;
+        let creds = credentials(&self.server, &md);
+        self.server.auth_change(op(r), &creds).await?;
         Ok(())
     }
 }
@@ -53,8 +53,8 @@ impl Auth for AuthService {
         &self,
         request: Request<AuthStatusRequest>,
     ) -> Result<Response<AuthStatusResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let (enabled, auth_revision) = self.server.auth_status(who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let (enabled, auth_revision) = self.server.auth_status(&creds).await?;
         Ok(Response::new(AuthStatusResponse {
             header: self.header(),
             enabled,
@@ -80,9 +80,9 @@ impl Auth for AuthService {
         request: Request<AuthUserAddRequest>,
     ) -> Result<Response<AuthUserAddResponse>, Status> {
         let (md, _, r) = request.into_parts();
-        let who = caller(&self.server, &md)?;
+        let creds = credentials(&self.server, &md);
         self.server
-            .user_add(r.name, r.password, r.options, who)
+            .user_add(r.name, r.password, r.options, &creds)
             .await?;
         Ok(Response::new(AuthUserAddResponse {
             header: self.header(),
@@ -94,8 +94,8 @@ impl Auth for AuthService {
         request: Request<AuthUserGetRequest>,
     ) -> Result<Response<AuthUserGetResponse>, Status> {
         let (md, _, r) = request.into_parts();
-        let who = caller(&self.server, &md)?;
-        let roles = self.server.user_get(&r.name, who).await?;
+        let creds = credentials(&self.server, &md);
+        let roles = self.server.user_get(&r.name, &creds).await?;
         Ok(Response::new(AuthUserGetResponse {
             header: self.header(),
             roles,
@@ -106,8 +106,8 @@ impl Auth for AuthService {
         &self,
         request: Request<AuthUserListRequest>,
     ) -> Result<Response<AuthUserListResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let users = self.server.user_list(who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let users = self.server.user_list(&creds).await?;
         Ok(Response::new(AuthUserListResponse {
             header: self.header(),
             users,
@@ -129,9 +129,9 @@ impl Auth for AuthService {
         request: Request<AuthUserChangePasswordRequest>,
     ) -> Result<Response<AuthUserChangePasswordResponse>, Status> {
         let (md, _, r) = request.into_parts();
-        let who = caller(&self.server, &md)?;
+        let creds = credentials(&self.server, &md);
         self.server
-            .user_change_password(r.name, r.password, who)
+            .user_change_password(r.name, r.password, &creds)
             .await?;
         Ok(Response::new(AuthUserChangePasswordResponse {
             header: self.header(),
@@ -173,8 +173,8 @@ impl Auth for AuthService {
         request: Request<AuthRoleGetRequest>,
     ) -> Result<Response<AuthRoleGetResponse>, Status> {
         let (md, _, r) = request.into_parts();
-        let who = caller(&self.server, &md)?;
-        let perm = self.server.role_get(&r.role, who).await?;
+        let creds = credentials(&self.server, &md);
+        let perm = self.server.role_get(&r.role, &creds).await?;
         Ok(Response::new(AuthRoleGetResponse {
             header: self.header(),
             perm,
@@ -185,8 +185,8 @@ impl Auth for AuthService {
         &self,
         request: Request<AuthRoleListRequest>,
     ) -> Result<Response<AuthRoleListResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let roles = self.server.role_list(who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let roles = self.server.role_list(&creds).await?;
         Ok(Response::new(AuthRoleListResponse {
             header: self.header(),
             roles,

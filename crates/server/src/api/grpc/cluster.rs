@@ -1,7 +1,7 @@
 //! etcdserverpb.Cluster: MemberAdd, MemberRemove, MemberUpdate, MemberList,
 //! MemberPromote (the membership logic is `server::cluster`).
 
-use crate::api::caller;
+use crate::api::credentials;
 use crate::apply::membership::to_pb;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::cluster_server::Cluster;
@@ -35,11 +35,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         let req = request.into_inner();
         let (m, members) = self
             .server
-            .member_add(&req.peer_ur_ls, req.is_learner, who)
+            .member_add(&req.peer_ur_ls, req.is_learner, &creds)
             .await?;
         Ok(Response::new(MemberAddResponse {
             header: self.header(),
@@ -58,10 +58,10 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         let members = self
             .server
-            .member_remove(request.into_inner().id, who)
+            .member_remove(request.into_inner().id, &creds)
             .await?;
         Ok(Response::new(MemberRemoveResponse {
             header: self.header(),
@@ -73,11 +73,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         let req = request.into_inner();
         let members = self
             .server
-            .member_update(req.id, req.peer_ur_ls, who)
+            .member_update(req.id, req.peer_ur_ls, &creds)
             .await?;
         Ok(Response::new(MemberUpdateResponse {
             header: self.header(),
@@ -89,9 +89,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberListRequest>,
     ) -> Result<Response<MemberListResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         let req = request.into_inner();
-        let members = self.server.member_list(req.linearizable, who).await?;
+        let members = self.server.member_list(req.linearizable, &creds).await?;
         Ok(Response::new(MemberListResponse {
             header: self.header(),
             members: to_pb_all(&members),
@@ -102,10 +102,10 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         let members = self
             .server
-            .member_promote(request.into_inner().id, who)
+            .member_promote(request.into_inner().id, &creds)
             .await?;
         Ok(Response::new(MemberPromoteResponse {
             header: self.header(),

@@ -1,6 +1,6 @@
 //! etcdserverpb.KV: Range, Put, DeleteRange, Txn, Compact.
 
-use crate::api::caller;
+use crate::api::credentials;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::kv_server::Kv;
 use retcd_api::etcdserverpb::{
@@ -20,14 +20,14 @@ impl Kv for KvService {
         &self,
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let resp = self.server.range(request.into_inner(), who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let resp = self.server.range(request.into_inner(), &creds).await?;
         Ok(Response::new(resp))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let resp = self.server.put(request.into_inner(), who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let resp = self.server.put(request.into_inner(), &creds).await?;
         Ok(Response::new(resp))
     }
 
@@ -35,14 +35,17 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let resp = self.server.delete_range(request.into_inner(), who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let resp = self
+            .server
+            .delete_range(request.into_inner(), &creds)
+            .await?;
         Ok(Response::new(resp))
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let resp = self.server.txn(request.into_inner(), who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let resp = self.server.txn(request.into_inner(), &creds).await?;
         Ok(Response::new(resp))
     }
 
@@ -50,8 +53,8 @@ impl Kv for KvService {
         &self,
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let resp = self.server.compact(request.into_inner(), who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let resp = self.server.compact(request.into_inner(), &creds).await?;
         Ok(Response::new(resp))
     }
 }

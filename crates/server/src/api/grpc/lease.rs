@@ -1,7 +1,7 @@
 //! etcdserverpb.Lease: LeaseGrant, LeaseRevoke, LeaseKeepAlive,
 //! LeaseTimeToLive, LeaseLeases (the lease logic is `server::lease`).
 
-use crate::api::caller;
+use crate::api::credentials;
 use crate::error::ServerError;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::lease_server::Lease;
@@ -27,8 +27,11 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let resp = self.server.lease_grant(request.into_inner(), who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let resp = self
+            .server
+            .lease_grant(request.into_inner(), &creds)
+            .await?;
         Ok(Response::new(resp))
     }
 
@@ -36,8 +39,11 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        let resp = self.server.lease_revoke(request.into_inner(), who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        let resp = self
+            .server
+            .lease_revoke(request.into_inner(), &creds)
+            .await?;
         Ok(Response::new(resp))
     }
 
@@ -49,6 +55,7 @@ impl Lease for LeaseService {
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<tonic::codegen::BoxStream<LeaseKeepAliveResponse>>, Status> {
         let (md, _, mut input) = request.into_parts();
+        let creds = credentials(&self.server, &md);
         let (tx, rx) = mpsc::channel(16);
         let server = self.server.clone();
         tokio::spawn(async move {
@@ -57,11 +64,7 @@ impl Lease for LeaseService {
                 // most the one at which the keepalive happened.
                 let header = server.current_header();
                 // who asks is looked at on every keepalive (etcd 3.5.28+)
-                let renewed = match caller(&server, &md) {
-                    Ok(who) => server.lease_renew(req.id, who).await,
-                    Err(e) => Err(e),
-                };
-                let ttl = match renewed {
+                let ttl = match server.lease_renew(req.id, &creds).await {
                     Ok(ttl) => ttl,
                     Err(ServerError::Lease(LeaseError::NotFound)) => 0,
                     Err(e) => {
@@ -86,10 +89,10 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         let resp = self
             .server
-            .lease_time_to_live(request.into_inner(), who)
+            .lease_time_to_live(request.into_inner(), &creds)
             .await?;
         Ok(Response::new(resp))
     }
@@ -98,7 +101,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseLeasesRequest>,
     ) -> Result<Response<LeaseLeasesResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        Ok(Response::new(self.server.lease_leases(who)?))
+        let creds = credentials(&self.server, request.metadata());
+        Ok(Response::new(self.server.lease_leases(&creds)?))
     }
 }

@@ -8,7 +8,7 @@
 //! — what `etcdctl snapshot save` writes to the file and `retcdutl
 //! snapshot restore` verifies.
 
-use crate::api::caller;
+use crate::api::credentials;
 use crate::api::error_map::to_status;
 use crate::error::ServerError;
 use crate::server::EtcdServer;
@@ -29,25 +29,6 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
 pub struct MaintenanceService {
     pub server: Arc<EtcdServer>,
-}
-
-impl MaintenanceService {
-    /// The caller of an admin-only maintenance RPC: looked at only while
-    /// auth is enabled, and its errors (an invalid token) answered as the
-    /// auth package's raw errors (code Unknown), as etcd's
-    /// `authMaintenanceServer` does.
-    fn admin_caller(
-        &self,
-        md: &tonic::metadata::MetadataMap,
-    ) -> Result<Option<crate::auth::AuthInfo>, ServerError> {
-        if !self.server.auth().is_enabled() {
-            return Ok(None);
-        }
-        caller(&self.server, md).map_err(|e| match e {
-            ServerError::Auth(a) => ServerError::AuthRaw(a),
-            other => other,
-        })
-    }
 }
 
 /// Turns the dump's bytes into `SnapshotResponse` chunks on a channel,
@@ -101,9 +82,9 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<AlarmRequest>,
     ) -> Result<Response<AlarmResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         Ok(Response::new(
-            self.server.alarm(request.into_inner(), who).await?,
+            self.server.alarm(request.into_inner(), &creds).await?,
         ))
     }
 
@@ -111,40 +92,40 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
-        Ok(Response::new(self.server.status(who.as_ref())?))
+        let creds = credentials(&self.server, request.metadata());
+        Ok(Response::new(self.server.status(&creds)?))
     }
 
     async fn defragment(
         &self,
         request: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
-        let who = self.admin_caller(request.metadata())?;
-        self.server.defragment(who).await?;
+        let creds = credentials(&self.server, request.metadata());
+        self.server.defragment(&creds).await?;
         // etcd (3.4 and 3.5) answers an empty response, without a header.
         Ok(Response::new(DefragmentResponse { header: None }))
     }
 
     async fn hash(&self, request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
-        let who = self.admin_caller(request.metadata())?;
-        Ok(Response::new(self.server.hash(who).await?))
+        let creds = credentials(&self.server, request.metadata());
+        Ok(Response::new(self.server.hash(&creds).await?))
     }
 
     async fn hash_kv(
         &self,
         request: Request<HashKvRequest>,
     ) -> Result<Response<HashKvResponse>, Status> {
-        let who = self.admin_caller(request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         let rev = request.into_inner().revision;
-        Ok(Response::new(self.server.hash_kv(rev, who).await?))
+        Ok(Response::new(self.server.hash_kv(rev, &creds).await?))
     }
 
     async fn snapshot(
         &self,
         request: Request<SnapshotRequest>,
     ) -> Result<Response<tonic::codegen::BoxStream<SnapshotResponse>>, Status> {
-        let who = self.admin_caller(request.metadata())?;
-        let dump = self.server.snapshot(who)?;
+        let creds = credentials(&self.server, request.metadata());
+        let dump = self.server.snapshot(&creds)?;
         let header = self.server.header(dump.revision);
         let (tx, rx) = mpsc::channel(8);
         tokio::task::spawn_blocking(move || {
@@ -201,9 +182,9 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         self.server
-            .move_leader(request.into_inner().target_id, who)
+            .move_leader(request.into_inner().target_id, &creds)
             .await?;
         // etcd answers MoveLeader with an empty response (no header).
         Ok(Response::new(MoveLeaderResponse { header: None }))
@@ -213,9 +194,9 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<DowngradeRequest>,
     ) -> Result<Response<DowngradeResponse>, Status> {
-        let who = caller(&self.server, request.metadata())?;
+        let creds = credentials(&self.server, request.metadata());
         Ok(Response::new(
-            self.server.downgrade(request.into_inner(), who).await?,
+            self.server.downgrade(request.into_inner(), &creds).await?,
         ))
     }
 }

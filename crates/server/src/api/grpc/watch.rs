@@ -168,7 +168,8 @@ impl Caller {
         if !auth.is_enabled() {
             return None;
         }
-        let checked = match crate::api::caller(&self.server, &self.md) {
+        let creds = crate::api::credentials(&self.server, &self.md);
+        let checked = match self.server.who(&creds) {
             Ok(who) => auth.check_range(who.as_ref(), &c.key, &c.range_end),
             Err(crate::error::ServerError::Auth(e)) => Err(e),
             Err(_) => Err(AuthError::PermissionDenied),
