@@ -124,6 +124,32 @@ impl Pki {
         ));
     }
 
+    /// An intermediate CA `<name>.crt`/`<name>.key` signed by `parent`.
+    pub fn sub_ca(&self, name: &str, parent: &str) {
+        let serial = 1 + (self.serial).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::fs::write(
+            self.path(&format!("{name}.ext")),
+            "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n",
+        )
+        .expect("write ext");
+        self.sh(&format!(
+            "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+               -keyout {name}.key -out {name}.csr -subj /CN=test-{name}
+             openssl x509 -req -in {name}.csr -CA {parent}.crt -CAkey {parent}.key \
+               -set_serial {serial} -days 2 -out {name}.crt -extfile {name}.ext"
+        ));
+    }
+
+    /// `<out>.crt`: the certificates `parts` (`<part>.crt`) one after the
+    /// other (a chain, or a bundle of CAs).
+    pub fn concat(&self, out: &str, parts: &[&str]) {
+        let mut all = String::new();
+        for p in parts {
+            all.push_str(&std::fs::read_to_string(self.path(&format!("{p}.crt"))).expect("read"));
+        }
+        std::fs::write(self.path(&format!("{out}.crt")), all).expect("write");
+    }
+
     /// A leaf certificate `<name>.crt`/`<name>.key` signed by `ca`, with
     /// common name `cn`, the SANs `sans` (`IP:127.0.0.1,DNS:localhost`
     /// form; empty: none) and extended key usage `eku`. Returns its serial

@@ -16,9 +16,10 @@
 //! * (d) a removed member (MemberRemove of a follower), with its own
 //!   certificate and ID;
 //! * (e) a valid member identity on a valid stream sending forged raft
-//!   messages: a heartbeat and an append claiming a much higher term from
-//!   *another* member, a message for another member, a batch claiming
-//!   another sender — to a follower and to the leader.
+//!   messages: a heartbeat, an append and a snapshot claiming a much
+//!   higher term from *another* member (the heartbeat also in fragments),
+//!   a message for another member, a batch claiming another sender — to a
+//!   follower and to the leader.
 //!
 //! Every refusal is asserted to have really happened: the call fails with
 //! the specific error text, and the attacked member's log gains the line
@@ -475,6 +476,32 @@ fn append(from: u64, to: u64, term: u64, index: u64) -> Vec<u8> {
     m.write_to_bytes().expect("encode")
 }
 
+/// A snapshot message claiming `term` and an index past `index`, with a
+/// configuration of the receiver alone and no data.
+fn snapshot(from: u64, to: u64, term: u64, index: u64) -> Vec<u8> {
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgSnapshot);
+    (m.from, m.to, m.term) = (from, to, term);
+    let snap = m.mut_snapshot();
+    let meta = snap.mut_metadata();
+    (meta.term, meta.index) = (term, index + 1000);
+    meta.mut_conf_state().voters = vec![to];
+    m.write_to_bytes().expect("encode")
+}
+
+/// `data` as a fragmented message: two batches, the last one marked.
+fn fragments(from: u64, data: &[u8]) -> Vec<RaftBatch> {
+    let (a, b) = data.split_at(data.len() / 2);
+    [(a, false), (b, true)]
+        .map(|(part, last)| RaftBatch {
+            from,
+            msgs: vec![],
+            fragment: part.to_vec(),
+            last_fragment: last,
+        })
+        .to_vec()
+}
+
 fn batch(from: u64, msgs: Vec<Vec<u8>>) -> Vec<RaftBatch> {
     vec![RaftBatch {
         from,
@@ -679,6 +706,14 @@ async fn retcd_attacks(fx: &mut Fixture) {
             (
                 "heartbeat for another member",
                 batch(sid, vec![heartbeat(sid, third, forged)]),
+            ),
+            (
+                "snapshot from another member",
+                batch(sid, vec![snapshot(third, tid, forged, index)]),
+            ),
+            (
+                "heartbeat from another member, in fragments",
+                fragments(sid, &heartbeat(third, tid, forged)),
             ),
         ];
         for (what, b) in cases {
