@@ -28,6 +28,7 @@ pub mod normalize;
 pub mod process;
 pub mod robustness;
 pub mod timing;
+pub mod tls;
 pub mod transcript;
 pub mod wal;
 

@@ -187,7 +187,7 @@ impl Protocol {
         if !names.is_empty() {
             if rank(min) == 3 {
                 anyhow::bail!(
-                    "cipher suites cannot be configured when only TLS1.3 or greater is supported"
+                    "cipher suites cannot be configured when only TLS1.3 or greater is enabled"
                 );
             }
             let mut wanted = Vec::new();
@@ -302,7 +302,11 @@ impl Side {
                 proto.provider.clone(),
             );
             if let Some(crl) = &self.crl {
-                b = b.with_crls(read_crls(crl)?);
+                // as etcd: the CRL lists serials to refuse; a certificate
+                // whose issuer has no CRL in the file is not refused for it
+                b = b
+                    .with_crls(read_crls(crl)?)
+                    .allow_unknown_revocation_status();
             }
             let inner = b
                 .build()

@@ -24,6 +24,8 @@ pub fn ensure(dir: &Path, hosts: &[String], years: u32) -> anyhow::Result<(PathB
             Err(_) => rcgen::SanType::DnsName(h.clone().try_into()?),
         });
     }
+    // subject "O=etcd" only, as etcd's
+    params.distinguished_name = rcgen::DistinguishedName::new();
     params
         .distinguished_name
         .push(rcgen::DnType::OrganizationName, "etcd");
