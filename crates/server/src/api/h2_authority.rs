@@ -474,6 +474,32 @@ mod tests {
     }
 
     #[test]
+    fn test_frame_over_cap_is_not_buffered() {
+        // A frame header declaring 16 MiB: the fixer must not wait for (and
+        // hold) the body; from here on everything passes straight through.
+        let mut stream = PREFACE.to_vec();
+        stream.extend_from_slice(&[0xff, 0xff, 0xff, TYPE_HEADERS, FLAG_END_HEADERS, 0, 0, 0, 1]);
+        let mut f = FrameFixer::default();
+        f.feed(&stream);
+        assert_eq!(f.ready, stream);
+        assert!(f.pending.is_empty());
+        for _ in 0..64 {
+            f.feed(&[0u8; 4096]);
+            assert!(f.pending.is_empty(), "bytes held back after the cap");
+        }
+        // A frame exactly at the cap is still parsed (held until complete).
+        let mut f = FrameFixer::default();
+        let mut s = PREFACE.to_vec();
+        s.extend_from_slice(&(MAX_PARSED_FRAME as u32).to_be_bytes()[1..]);
+        s.extend_from_slice(&[0, 0, 0, 0, 0, 1]);
+        f.feed(&s);
+        assert_eq!(f.pending.len(), FRAME_HEADER);
+        f.feed(&vec![0u8; MAX_PARSED_FRAME]);
+        assert!(f.pending.is_empty());
+        assert_eq!(f.ready.len(), PREFACE_LEN + FRAME_HEADER + MAX_PARSED_FRAME);
+    }
+
+    #[test]
     fn test_long_integers_round_trip() {
         for v in [0usize, 5, 126, 127, 128, 300, 16_384, 1 << 20] {
             let mut b = Vec::new();
