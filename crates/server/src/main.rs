@@ -1,14 +1,18 @@
 //! `retcd`: the server binary. Same flags and ETCD_* variables as `etcd`.
 
-use clap::Parser;
-use retcd_server::config::Config;
+use retcd_server::config::{flags, Config, Exit};
 
 /// mimalloc: glibc malloc was 20-30% of CPU under load (docs/benchmarks.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let cfg = Config::parse();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let cfg = match Config::load(&args, &env) {
+        Ok(cfg) => cfg,
+        Err(e) => exit_on(e),
+    };
     // A panic on the raft thread or the watch-sync thread stops the whole
     // process (fail-stop): a member whose raft loop died must not keep
     // serving. In the failpoints build every panic does (crash points).
@@ -24,7 +28,15 @@ fn main() {
     // Failpoints build only: FAILPOINTS configures them.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    retcd_server::log::init(&cfg.log_level);
+    if let Err(e) = retcd_server::log::init(&cfg) {
+        eprintln!("retcd: {e}");
+        std::process::exit(1);
+    }
+    let argv: Vec<String> = std::env::args().collect();
+    tracing::info!(args = ?argv, "Running: ");
+    for n in &cfg.notices {
+        retcd_server::log::notice(n);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("retcd-worker")
@@ -40,5 +52,39 @@ fn main() {
         tracing::error!("{e:#}");
         eprintln!("retcd: {e:#}");
         std::process::exit(1);
+    }
+}
+
+/// etcd's answers to what stops it before it starts: help and version on
+/// stdout (exit 0), flag errors with the usage block (exit 2), the rest
+/// logged as etcd logs them (exit 1).
+fn exit_on(e: Exit) -> ! {
+    match e {
+        Exit::Help => {
+            eprintln!("{}", flags::USAGE);
+            println!("{}", flags::help_text());
+            std::process::exit(0)
+        }
+        Exit::Version => {
+            print!("{}", retcd_server::config::version::version_text());
+            std::process::exit(0)
+        }
+        Exit::Usage(msg) => {
+            eprintln!("{msg}");
+            eprintln!("{}", flags::USAGE);
+            std::process::exit(2)
+        }
+        Exit::Verify(msg) => {
+            retcd_server::log::early("warn", "failed to verify flags", &[("error", msg)]);
+            std::process::exit(1)
+        }
+        Exit::Fatal(msg, fields) => {
+            retcd_server::log::early("fatal", &msg, &fields);
+            std::process::exit(1)
+        }
+        Exit::Plain(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(1)
+        }
     }
 }

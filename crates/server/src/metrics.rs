@@ -31,6 +31,8 @@ pub struct Metrics {
     pub watchers: IntGauge,
     pub slow_watchers: IntGauge,
     pub read_indexes_failed: IntCounter,
+    /// `etcd_server_slow_apply_total`.
+    pub slow_apply: IntCounter,
     /// `etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds`:
     /// one observation per background deletion batch (how long it held
     /// the backend's writer).
@@ -187,6 +189,11 @@ impl Metrics {
                 "slow_watcher_total",
                 "Total number of unsynced slow watchers.",
             ),
+            slow_apply: counter(
+                "server",
+                "slow_apply_total",
+                "The total number of slow apply requests (likely overloaded from slow disk).",
+            ),
             read_indexes_failed: counter(
                 "server",
                 "read_indexes_failed_total",
@@ -231,6 +238,11 @@ impl Metrics {
     }
 
     /// The text exposition format.
+    /// Adds a collector defined elsewhere (e.g. the health endpoints').
+    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) {
+        let _ = self.registry.register(c);
+    }
+
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);

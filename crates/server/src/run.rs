@@ -3,7 +3,6 @@
 
 use crate::api::h2_authority::AuthorityFix;
 use crate::config::{split_urls, url_host_port, Config};
-use crate::ids::Hex;
 use crate::server::EtcdServer;
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -21,6 +20,37 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         );
         cfg.bcrypt_cost = 10;
     }
+    tracing::info!(
+        etcd_version = %cfg.etcd_version,
+        retcd_version = crate::config::version::RETCD_VERSION,
+        name = %cfg.name,
+        data_dir = %cfg.data_dir().display(),
+        wal_dir = %cfg.wal_dir().display(),
+        member_dir = %cfg.member_dir().display(),
+        force_new_cluster = cfg.force_new_cluster,
+        heartbeat_interval = ?std::time::Duration::from_millis(cfg.heartbeat_interval),
+        election_timeout = ?std::time::Duration::from_millis(cfg.election_timeout),
+        snapshot_count = cfg.snapshot_count,
+        snapshot_catchup_entries = cfg.experimental_snapshot_catchup_entries,
+        initial_advertise_peer_urls = %cfg.initial_advertise_peer_urls,
+        listen_peer_urls = %cfg.listen_peer_urls,
+        advertise_client_urls = %cfg.advertise_client_urls,
+        listen_client_urls = %cfg.listen_client_urls,
+        listen_metrics_urls = %cfg.listen_metrics_urls,
+        initial_cluster = %cfg.initial_cluster.clone().unwrap_or_default(),
+        initial_cluster_state = %cfg.initial_cluster_state,
+        initial_cluster_token = %cfg.initial_cluster_token,
+        quota_backend_bytes = cfg.quota_bytes(),
+        pre_vote = cfg.pre_vote,
+        initial_corrupt_check = cfg.experimental_initial_corrupt_check,
+        corrupt_check_time_interval = ?cfg.experimental_corrupt_check_time,
+        compact_check_time_enabled = cfg.experimental_compact_hash_check_enabled,
+        compact_check_time_interval = ?cfg.experimental_compact_hash_check_time,
+        auto_compaction_mode = %cfg.auto_compaction_mode,
+        auto_compaction_retention = %cfg.auto_compaction_retention,
+        max_learners = cfg.max_learners,
+        "starting an etcd server"
+    );
     let tls = crate::tls::Tls::from_config(&cfg)?;
     let (stop_tx, stop_rx) = watch::channel(false);
 
@@ -76,24 +106,61 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
     let services = crate::api::grpc::client_services(&server);
-    let max_streams = cfg.max_concurrent_streams;
-    for url in split_urls(&cfg.listen_client_urls) {
+
+    // --listen-metrics-urls: served at once, so probes see the member
+    // before it is ready (etcd serves them from start-up too).
+    for url in split_urls(&cfg.listen_metrics_urls) {
         let addr = url_host_port(&url).map_err(anyhow::Error::msg)?;
         let l = TcpListener::bind(&addr)
             .await
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        let acceptor = https_acceptor(&url, &tls.client_acceptor, "--cert-file")?;
+        let router = crate::api::http::metrics_router(server.clone());
+        tracing::info!(address = %addr, "serving metrics");
+        tasks.push(tokio::spawn(serve_http(
+            l,
+            acceptor,
+            router,
+            stop_rx.clone(),
+        )));
+    }
+
+    // With --listen-client-http-urls, the client URLs serve gRPC only and
+    // these serve the HTTP endpoints (etcd 3.5.8+).
+    let http_apart = !cfg.listen_client_http_urls.is_empty();
+    let grpc_urls = split_urls(&cfg.listen_client_urls);
+    let http_urls = split_urls(&cfg.listen_client_http_urls);
+    for (url, grpc) in grpc_urls
+        .iter()
+        .map(|u| (u, true))
+        .chain(http_urls.iter().map(|u| (u, false)))
+    {
+        let addr = url_host_port(url).map_err(anyhow::Error::msg)?;
+        let l = TcpListener::bind(&addr)
+            .await
             .with_context(|| format!("cannot listen for clients on {addr}"))?;
-        let routes = services.routes.clone().add_service(health_service.clone());
-        let axum_router = routes
-            .into_axum_router()
-            .layer(axum::middleware::from_fn_with_state(
-                server.clone(),
-                crate::api::client_guard,
-            ))
-            .merge(crate::api::http::router(server.clone()))
-            .merge(crate::api::gateway::router(&server, &services));
+        let mut router = axum::Router::new();
+        if grpc {
+            let routes = services.routes.clone().add_service(health_service.clone());
+            router = routes
+                .into_axum_router()
+                .layer(axum::middleware::from_fn_with_state(
+                    server.clone(),
+                    crate::api::client_guard,
+                ));
+        }
+        if !grpc || !http_apart {
+            router = router.merge(crate::api::http::router(server.clone()));
+            if cfg.enable_grpc_gateway {
+                router = router.merge(crate::api::gateway::router(&server, &services));
+            }
+        }
         let mut rx = stop_rx.clone();
         let mut published = server.published();
-        let acceptor = https_acceptor(&url, &tls.client_acceptor, "--cert-file")?;
+        let acceptor = https_acceptor(url, &tls.client_acceptor, "--cert-file")?;
+        let secure = acceptor.is_some();
+        let keepalive = (cfg.grpc_keepalive_interval, cfg.grpc_keepalive_timeout);
+        let max_streams = cfg.max_concurrent_streams;
         tasks.push(tokio::spawn(async move {
             // As etcd: the port is bound now, clients are served once this
             // member's publish is applied (until then connections wait).
@@ -101,12 +168,23 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
                 _ = published.wait_for(|p| *p) => {}
                 _ = rx.wait_for(|s| *s) => return,
             }
-            tracing::info!(address = %addr, "serving client traffic");
+            tracing::info!("ready to serve client requests");
+            if secure {
+                tracing::info!(address = %addr, "serving client traffic securely");
+            } else {
+                tracing::info!(
+                    address = %addr,
+                    "serving client traffic insecurely; this is strongly discouraged!"
+                );
+            }
+            let nonzero = |d: std::time::Duration| (!d.is_zero()).then_some(d);
             let builder = tonic::transport::Server::builder()
                 .accept_http1(true)
                 .tcp_nodelay(true)
                 .max_concurrent_streams(max_streams)
-                .add_routes(axum_router.into());
+                .http2_keepalive_interval(nonzero(keepalive.0))
+                .http2_keepalive_timeout(nonzero(keepalive.1))
+                .add_routes(router.into());
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
@@ -126,21 +204,55 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             }
         }));
     }
+
+    let signal = shutdown_signal().await;
+    tracing::info!(signal, "received signal; shutting down");
     tracing::info!(
         name = %cfg.name,
-        member = %Hex(server.member_id),
-        cluster = %Hex(server.cluster_id),
-        "ready to serve"
+        data_dir = %cfg.data_dir().display(),
+        advertise_peer_urls = %cfg.initial_advertise_peer_urls,
+        advertise_client_urls = %cfg.advertise_client_urls,
+        "closing etcd server"
     );
-
-    shutdown_signal().await;
-    tracing::info!("received shutdown signal, stopping");
     let _ = stop_tx.send(true);
     for t in tasks {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
     }
     server.stop().await;
+    tracing::info!(
+        name = %cfg.name,
+        data_dir = %cfg.data_dir().display(),
+        advertise_peer_urls = %cfg.initial_advertise_peer_urls,
+        advertise_client_urls = %cfg.advertise_client_urls,
+        "closed etcd server"
+    );
     Ok(())
+}
+
+/// Serves an HTTP-only router (the metrics URLs) until stopped.
+async fn serve_http(
+    l: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    router: axum::Router,
+    mut rx: watch::Receiver<bool>,
+) {
+    let builder = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .add_routes(router.into());
+    let stop = async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let r = match acceptor {
+        Some(a) => {
+            builder
+                .serve_with_incoming_shutdown(crate::tls::incoming(l, a, false), stop)
+                .await
+        }
+        None => builder.serve_with_incoming_shutdown(nodelay(l), stop).await,
+    };
+    if let Err(e) = r {
+        tracing::error!(error = %e, "metrics server failed");
+    }
 }
 
 /// The acceptor for `url`: Some for `https://` (an error if the
@@ -171,12 +283,13 @@ fn nodelay(
     })
 }
 
-async fn shutdown_signal() {
+/// Waits for SIGTERM or SIGINT; the name Go gives the signal.
+async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
     tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        _ = term.recv() => "terminated",
+        _ = int.recv() => "interrupt",
     }
 }

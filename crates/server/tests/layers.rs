@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     ("config", 0),
     ("ids", 0),
-    ("log", 0),
+    ("log", 1),
     ("failpoints", 0),
     ("metrics", 1),
     ("tls", 1),

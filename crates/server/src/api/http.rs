@@ -1,62 +1,387 @@
-//! HTTP endpoints served on the client port next to gRPC, as etcd does:
-//! `/health`, `/livez`, `/readyz`, `/version`.
+//! HTTP endpoints served next to gRPC, as etcd 3.5.33 / 3.6 serve them:
+//! `/health`, `/livez`, `/readyz` (with their per-check paths), `/version`
+//! and `/metrics` on the client URLs; `/metrics`, `/health`, `/livez` and
+//! `/readyz` on `--listen-metrics-urls` (no `/version` there), served
+//! from start-up so probes see the member before it is ready.
 
-use crate::config::{ETCD_API_VERSION, ETCD_CLUSTER_VERSION};
+use crate::config::version::cluster_version;
+use crate::error::ServerError;
 use crate::server::EtcdServer;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::json;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
 use std::sync::Arc;
 
+type S = State<Arc<EtcdServer>>;
+
+/// etcd's health metrics (`etcd_server_health_*`, and 3.5.11+'s
+/// `etcd_server_healthcheck*`), registered once with the server's
+/// registry.
+struct HealthMetrics {
+    success: prometheus::IntCounter,
+    failures: prometheus::IntCounter,
+    gauge: prometheus::IntGaugeVec,
+    total: prometheus::IntCounterVec,
+}
+
+impl HealthMetrics {
+    fn check(&self, kind: &str, name: &str, ok: bool) {
+        self.gauge.with_label_values(&[kind, name]).set(ok as i64);
+        let status = if ok { "success" } else { "error" };
+        self.total.with_label_values(&[kind, name, status]).inc();
+    }
+}
+
+fn health_metrics(s: &EtcdServer) -> &'static HealthMetrics {
+    static M: std::sync::OnceLock<HealthMetrics> = std::sync::OnceLock::new();
+    M.get_or_init(|| {
+        let opts = |n: &str, h: &str| {
+            prometheus::Opts::new(n, h)
+                .namespace("etcd")
+                .subsystem("server")
+        };
+        let m = HealthMetrics {
+            success: prometheus::IntCounter::with_opts(opts(
+                "health_success",
+                "The total number of successful health checks",
+            ))
+            .expect("valid counter"),
+            failures: prometheus::IntCounter::with_opts(opts(
+                "health_failures",
+                "The total number of failed health checks",
+            ))
+            .expect("valid counter"),
+            gauge: prometheus::IntGaugeVec::new(
+                opts("healthcheck", "The result of each kind of healthcheck."),
+                &["type", "name"],
+            )
+            .expect("valid gauge"),
+            total: prometheus::IntCounterVec::new(
+                opts(
+                    "healthchecks_total",
+                    "The total number of each kind of healthcheck.",
+                ),
+                &["type", "name", "status"],
+            )
+            .expect("valid counter"),
+        };
+        s.metrics().register(Box::new(m.success.clone()));
+        s.metrics().register(Box::new(m.failures.clone()));
+        s.metrics().register(Box::new(m.gauge.clone()));
+        s.metrics().register(Box::new(m.total.clone()));
+        m
+    })
+}
+
+/// The client URLs' endpoints.
 pub fn router(server: Arc<EtcdServer>) -> Router {
-    Router::new()
-        .route("/health", get(health))
-        .route("/livez", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/version", get(version))
-        .route("/metrics", get(metrics))
+    health_routes()
+        .route("/version", any(version))
         .with_state(server)
 }
 
-/// etcd 3.5's /health: healthy when this member knows a leader and a
-/// linearizable read succeeds.
-async fn health(State(s): State<Arc<EtcdServer>>) -> (StatusCode, Json<serde_json::Value>) {
-    if s.leader() == 0 {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"health": "false", "reason": "RAFT NO LEADER"})),
+/// The endpoints of `--listen-metrics-urls`.
+pub fn metrics_router(server: Arc<EtcdServer>) -> Router {
+    health_routes().with_state(server)
+}
+
+fn health_routes() -> Router<Arc<EtcdServer>> {
+    let mut r = Router::new()
+        .route("/health", any(health))
+        .route("/metrics", any(metrics))
+        .route(
+            "/livez",
+            any(|s: S, m: Method, q: RawQuery| probe(s, m, q, Probe::Livez, None)),
+        );
+    for check in LIVEZ {
+        r = r.route(
+            &format!("/livez/{check}"),
+            any(move |s: S, m: Method, q: RawQuery| probe(s, m, q, Probe::Livez, Some(check))),
         );
     }
-    match s.linearizable_read_notify().await {
-        Ok(()) => (
-            StatusCode::OK,
-            Json(json!({"health": "true", "reason": ""})),
-        ),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"health": "false", "reason": e.to_string()})),
-        ),
+    r = r.route(
+        "/readyz",
+        any(|s: S, m: Method, q: RawQuery| probe(s, m, q, Probe::Readyz, None)),
+    );
+    for check in READYZ {
+        r = r.route(
+            &format!("/readyz/{check}"),
+            any(move |s: S, m: Method, q: RawQuery| probe(s, m, q, Probe::Readyz, Some(check))),
+        );
+    }
+    r
+}
+
+fn not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "GET")],
+        plain("Method Not Allowed\n".to_string()),
+    )
+        .into_response()
+}
+
+/// A text body with the headers Go's `http.Error` sets.
+fn plain(body: String) -> ([(header::HeaderName, HeaderValue); 2], String) {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        body,
+    )
+}
+
+/// The query's values for `key` (`a=1&a=2`), and whether it is present.
+fn query_values(q: &Option<String>, key: &str) -> (bool, Vec<String>) {
+    let mut present = false;
+    let mut out = Vec::new();
+    for pair in q.as_deref().unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == key {
+            present = true;
+            out.push(percent_decode(v));
+        }
+    }
+    (present, out)
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// etcd's `/health`: alarms (those not excluded), then the leader (unless
+/// `serializable=true`), then a one-key read; 200 `{"health":"true"}` or
+/// 503 with the first reason.
+async fn health(State(s): S, method: Method, q: RawQuery) -> Response {
+    if method != Method::GET {
+        tracing::warn!(status_code = 405, "/health error");
+        return not_allowed();
+    }
+    let (_, excluded) = query_values(&q.0, "exclude");
+    let (_, ser) = query_values(&q.0, "serializable");
+    let serializable = ser.first().is_some_and(|v| v == "true");
+    let reason = health_reason(&s, &excluded, serializable).await;
+    match reason {
+        None => {
+            health_metrics(&s).success.inc();
+            (StatusCode::OK, r#"{"health":"true","reason":""}"#).into_response()
+        }
+        Some(reason) => {
+            health_metrics(&s).failures.inc();
+            let body = serde_json::json!({"health": "false", "reason": reason}).to_string();
+            tracing::warn!(output = %body, status_code = 503, "/health error");
+            (StatusCode::SERVICE_UNAVAILABLE, plain(format!("{body}\n"))).into_response()
+        }
     }
 }
 
-async fn readyz(State(s): State<Arc<EtcdServer>>) -> (StatusCode, &'static str) {
-    if s.leader() == 0 {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader")
+async fn health_reason(s: &EtcdServer, excluded: &[String], serializable: bool) -> Option<String> {
+    for a in s.alarm_names() {
+        if !excluded.iter().any(|e| e == a) {
+            tracing::warn!(alarm = a, "serving /health false due to an alarm");
+            return Some(format!("ALARM {a}"));
+        }
+    }
+    if !serializable && s.leader() == 0 {
+        tracing::warn!("serving /health false; no leader");
+        return Some("RAFT NO LEADER".to_string());
+    }
+    match s.health_read(serializable).await {
+        Ok(()) => None,
+        Err(e) => Some(format!("RANGE ERROR:{e}")),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Livez,
+    Readyz,
+}
+
+const LIVEZ: &[&str] = &["serializable_read"];
+const READYZ: &[&str] = &[
+    "data_corruption",
+    "serializable_read",
+    "linearizable_read",
+    "non_learner",
+];
+
+async fn run_check(s: &EtcdServer, name: &str) -> Result<(), String> {
+    let read = |ser| async move {
+        s.health_read(ser)
+            .await
+            .map_err(|e: ServerError| e.to_string())
+    };
+    match name {
+        "serializable_read" => read(true).await,
+        "linearizable_read" => read(false).await,
+        "data_corruption" => {
+            if s.alarm_names().contains(&"CORRUPT") {
+                Err("alarm activated: CORRUPT".into())
+            } else {
+                Ok(())
+            }
+        }
+        "non_learner" => {
+            if s.is_learner() {
+                Err("not supported for learner".into())
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// etcd's `/livez` and `/readyz` (3.5.11+ / 3.6 `health.go`): every check,
+/// or one (`/readyz/<check>`); `?exclude=<check>` (root paths only) and
+/// `?verbose`; a failure lists each check and ends with an empty line.
+async fn probe(
+    State(s): S,
+    method: Method,
+    q: RawQuery,
+    which: Probe,
+    only: Option<&'static str>,
+) -> Response {
+    let path = match (which, only) {
+        (Probe::Livez, None) => "/livez".to_string(),
+        (Probe::Readyz, None) => "/readyz".to_string(),
+        (Probe::Livez, Some(c)) => format!("/livez/{c}"),
+        (Probe::Readyz, Some(c)) => format!("/readyz/{c}"),
+    };
+    if method != Method::GET {
+        tracing::error!(path = %path, status_code = 405, "Health request error");
+        return not_allowed();
+    }
+    let all = if which == Probe::Livez { LIVEZ } else { READYZ };
+    let (verbose, _) = query_values(&q.0, "verbose");
+    let (_, mut excluded) = query_values(&q.0, "exclude");
+    let checks: Vec<&str> = match only {
+        Some(c) => {
+            excluded.clear();
+            vec![c]
+        }
+        None => all.to_vec(),
+    };
+    let missing: Vec<&String> = excluded
+        .iter()
+        .filter(|e| !checks.contains(&e.as_str()))
+        .collect();
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(|m| format!("{m:?}")).collect();
+        tracing::warn!(
+            missing_health_checks = %list.join(","),
+            "some health checks cannot be excluded"
+        );
+    }
+    let kind = if which == Probe::Livez {
+        "livez"
     } else {
-        (StatusCode::OK, "ok")
+        "readyz"
+    };
+    let mut lines = String::new();
+    let mut failed = false;
+    for c in checks {
+        if excluded.iter().any(|e| e == c) {
+            lines.push_str(&format!("[+]{c} excluded: ok\n"));
+            continue;
+        }
+        match run_check(&s, c).await {
+            Ok(()) => {
+                health_metrics(&s).check(kind, c, true);
+                lines.push_str(&format!("[+]{c} ok\n"));
+            }
+            Err(e) => {
+                health_metrics(&s).check(kind, c, false);
+                failed = true;
+                lines.push_str(&format!("[-]{c} failed: {e}\n"));
+            }
+        }
     }
+    if failed {
+        tracing::error!(path = %path, reason = %lines.trim_end(), status_code = 503, "Health check error");
+        return (StatusCode::SERVICE_UNAVAILABLE, plain(format!("{lines}\n"))).into_response();
+    }
+    let body = if verbose {
+        format!("{lines}ok\n")
+    } else {
+        "ok\n".to_string()
+    };
+    (StatusCode::OK, plain(body)).into_response()
 }
 
-async fn version() -> Json<serde_json::Value> {
-    Json(json!({
-        "etcdserver": ETCD_API_VERSION,
-        "etcdcluster": ETCD_CLUSTER_VERSION,
-        "retcd": env!("CARGO_PKG_VERSION"),
-    }))
+/// `/version`: etcd's two fields (the version retcd implements or
+/// emulates, and its cluster version), plus retcd's own.
+async fn version(State(s): S, method: Method) -> Response {
+    if method != Method::GET {
+        return not_allowed();
+    }
+    let body = serde_json::json!({
+        "etcdserver": s.cfg.etcd_version,
+        "etcdcluster": cluster_version(&s.cfg.etcd_version),
+        "retcd": crate::config::version::RETCD_VERSION,
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
-async fn metrics(State(s): State<Arc<EtcdServer>>) -> String {
-    s.render_metrics()
+async fn metrics(State(s): S) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.render_metrics(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_query_values() {
+        let q = Some("exclude=NOSPACE&exclude=CORRUPT&verbose&serializable=true".to_string());
+        assert_eq!(
+            query_values(&q, "exclude"),
+            (true, vec!["NOSPACE".to_string(), "CORRUPT".to_string()])
+        );
+        assert!(query_values(&q, "verbose").0);
+        assert!(!query_values(&None, "verbose").0);
+        assert_eq!(percent_decode("a%20b+c%2"), "a b c%2");
+    }
 }

@@ -295,7 +295,6 @@ fn restore(
 ) -> anyhow::Result<()> {
     // Reuse the server's own flag parsing and validation.
     let mut args = vec![
-        "retcd".to_string(),
         format!("--name={name}"),
         format!("--initial-cluster={initial_cluster}"),
         format!("--initial-cluster-token={token}"),
@@ -307,7 +306,7 @@ fn restore(
     if let Some(d) = &wal_dir {
         args.push(format!("--wal-dir={}", d.display()));
     }
-    let cfg = Config::try_parse_from(&args).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cfg = Config::from_args(&args).map_err(|e| anyhow::anyhow!("{e}"))?;
     cfg.validate().map_err(anyhow::Error::msg)?;
     let (members, member_id, cluster_id) = retcd_server::apply::membership::initial_cluster(&cfg)?;
 

@@ -50,7 +50,14 @@ pub struct RaftNodeConfig {
     pub batch_limit: u64,
     /// `--max-learners`, checked when a learner is added.
     pub max_learners: usize,
+    /// `--unsafe-no-fsync`: the WAL is written but never fsynced.
+    pub unsafe_no_fsync: bool,
+    /// `--experimental-warning-apply-duration`: slower applies are logged.
+    pub warn_apply: Duration,
 }
+
+/// etcd's `warnSyncDuration`: a WAL fdatasync slower than this is logged.
+const WARN_SYNC: Duration = Duration::from_secs(1);
 
 /// What the raft thread works with; moved onto its thread by [`RaftNode::run`].
 pub struct RaftNode {
@@ -150,8 +157,16 @@ impl RaftNode {
             }
             let st = &self.raw.raft;
             if st.leader_id != leader {
+                // etcd's raft.node lines, which tools grep for.
                 if st.leader_id != 0 {
                     self.metrics.leader_changes.inc();
+                    if leader != 0 {
+                        tracing::info!(target: "raft", "raft.node: {:x} changed leader from {:x} to {:x} at term {}", st.id, leader, st.leader_id, st.term);
+                    } else {
+                        tracing::info!(target: "raft", "raft.node: {:x} elected leader {:x} at term {}", st.id, st.leader_id, st.term);
+                    }
+                } else {
+                    tracing::info!(target: "raft", "raft.node: {:x} lost leader {:x} at term {}", st.id, leader, st.term);
                 }
                 leader = st.leader_id;
             }
@@ -367,7 +382,7 @@ impl RaftNode {
             // depends on them; a hard state that only moved the commit
             // index is written without an fsync (commit is volatile in
             // raft; restart copes with a stale one)
-            let must_sync = rd.must_sync();
+            let must_sync = rd.must_sync() && !self.cfg.unsafe_no_fsync;
             let started = Instant::now();
             fp::point("raft_before_save_wal");
             if let Err(e) =
@@ -377,9 +392,15 @@ impl RaftNode {
             }
             fp::point("raft_after_save_wal");
             if must_sync {
-                self.metrics
-                    .wal_fsync
-                    .observe(started.elapsed().as_secs_f64());
+                let took = started.elapsed();
+                self.metrics.wal_fsync.observe(took.as_secs_f64());
+                if took > WARN_SYNC {
+                    tracing::warn!(
+                        took = ?took,
+                        expected_duration = ?WARN_SYNC,
+                        "slow fdatasync"
+                    );
+                }
             }
             self.storage.append(&entries);
             if let Some(h) = hs {
@@ -461,7 +482,20 @@ impl RaftNode {
                 EntryType::EntryNormal => match InternalRaftRequest::decode(&e.data[..]) {
                     Ok(req) => {
                         let id = req.id;
+                        let t0 = Instant::now();
+                        let summary = Self::slow_summary(&req);
                         let done = applier.apply(&mut batch, req, e.index, size);
+                        let took = t0.elapsed();
+                        if took > self.cfg.warn_apply {
+                            self.metrics.slow_apply.inc();
+                            tracing::warn!(
+                                took = ?took,
+                                expected_duration = ?self.cfg.warn_apply,
+                                prefix = "",
+                                request = %format!("header:<ID:{} > {}", summary.0, summary.1),
+                                "apply request took too long"
+                            );
+                        }
                         turn.nospace_due |= done.over_quota;
                         results.push((id, done.result));
                     }
@@ -537,6 +571,27 @@ impl RaftNode {
             }
             Err(e) => fatal(&format!("failed to begin a backend batch: {e}")),
         }
+    }
+
+    /// What a slow-apply warning names: the request's id and kind (no keys
+    /// or values; cheap, as it runs for every entry).
+    fn slow_summary(req: &InternalRaftRequest) -> (u64, &'static str) {
+        use retcd_api::retcdpb::internal_raft_request::Request as R;
+        let kind = match &req.request {
+            Some(R::Range(_)) => "range",
+            Some(R::Put(_)) => "put",
+            Some(R::DeleteRange(_)) => "delete_range",
+            Some(R::Txn(_)) => "txn",
+            Some(R::Compaction(_)) => "compaction",
+            Some(R::LeaseGrant(_)) => "lease_grant",
+            Some(R::LeaseRevoke(_)) => "lease_revoke",
+            Some(R::Alarm(_)) => "alarm",
+            Some(R::LeaseCheckpoint(_)) => "lease_checkpoint",
+            Some(R::MemberAttributes(_)) => "cluster_member_attr_set",
+            Some(_) => "auth",
+            None => "none",
+        };
+        (req.id, kind)
     }
 
     /// A follower far behind receives the leader's MVCC store.

@@ -215,6 +215,8 @@ impl EtcdServer {
                 batch_interval: cfg.backend_batch_interval,
                 batch_limit: cfg.backend_batch_limit,
                 max_learners: cfg.max_learners,
+                unsafe_no_fsync: cfg.unsafe_no_fsync,
+                warn_apply: cfg.experimental_warning_apply_duration,
             },
             snapshot_index,
         };

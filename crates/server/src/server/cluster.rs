@@ -447,7 +447,16 @@ pub async fn publish(server: Arc<EtcdServer>) {
                 .await
             {
                 Ok(_) => {
-                    tracing::info!(name = %attrs.name, client_urls = ?attrs.client_urls, "published local member to cluster");
+                    let cv = crate::config::version::cluster_version(&server.cfg.etcd_version);
+                    let cv = cv.trim_end_matches(".0");
+                    tracing::info!(cluster_version = cv, "enabled capabilities for version");
+                    tracing::info!(
+                        local_member_id = %crate::ids::Hex(server.member_id),
+                        local_member_attributes = %format!("{{Name:{} ClientURLs:[{}]}}", attrs.name, attrs.client_urls.join(" ")),
+                        cluster_id = %crate::ids::Hex(server.cluster_id),
+                        publish_timeout = ?server.request_timeout(),
+                        "published local member to cluster through raft"
+                    );
                     server.published.send_replace(true);
                     return;
                 }

@@ -18,11 +18,12 @@ use super::{unexpected, EtcdServer};
 use crate::apply::alarm::alarm_string;
 use crate::apply::ApplyResult;
 use crate::auth::Credentials;
-use crate::config::{ETCD_API_VERSION, ETCD_CLUSTER_VERSION};
+use crate::config::version::cluster_version;
 use crate::error::ServerError;
 use retcd_api::etcdserverpb::{
     alarm_request::AlarmAction, downgrade_request::DowngradeAction, AlarmRequest, AlarmResponse,
-    AlarmType, DowngradeRequest, DowngradeResponse, HashKvResponse, HashResponse, StatusResponse,
+    AlarmType, DowngradeRequest, DowngradeResponse, HashKvResponse, HashResponse, RangeRequest,
+    StatusResponse,
 };
 use retcd_api::retcdpb::internal_raft_request::Request;
 
@@ -96,7 +97,7 @@ impl EtcdServer {
         }
         StatusResponse {
             header: self.current_header(),
-            version: ETCD_API_VERSION.to_string(),
+            version: self.cfg.etcd_version.clone(),
             db_size: self.backend.size() as i64,
             leader,
             raft_index: raft.commit_index(),
@@ -105,6 +106,47 @@ impl EtcdServer {
             errors,
             db_size_in_use: self.backend.size_in_use() as i64,
             is_learner: self.is_learner(),
+        }
+    }
+
+    /// The names of the raised alarms (`NOSPACE`, `CORRUPT`), in the order
+    /// etcd's `/health` looks at them.
+    pub fn alarm_names(&self) -> Vec<&'static str> {
+        self.alarms
+            .get(AlarmType::None)
+            .iter()
+            .map(|a| {
+                AlarmType::try_from(a.alarm)
+                    .map(|t| t.as_str_name())
+                    .unwrap_or("UNKNOWN")
+            })
+            .collect()
+    }
+
+    /// The health checks' read: a one-key, keys-only range as root (etcd
+    /// 3.5.3+ runs it `WithRoot`), linearizable unless `serializable`,
+    /// bounded by the request timeout.
+    pub async fn health_read(&self, serializable: bool) -> Result<(), ServerError> {
+        let read = async {
+            if !serializable {
+                if self.is_learner() {
+                    return Err(ServerError::NotSupportedForLearner);
+                }
+                self.linearizable_read_notify().await?;
+            }
+            let req = RangeRequest {
+                key: vec![0],
+                limit: 1,
+                keys_only: true,
+                serializable: true,
+                ..Default::default()
+            };
+            self.kv.range(&req)?;
+            Ok(())
+        };
+        match tokio::time::timeout(self.request_timeout(), read).await {
+            Ok(r) => r,
+            Err(_) => Err(ServerError::Timeout),
         }
     }
 
@@ -208,7 +250,7 @@ impl EtcdServer {
                 let target = downgrade_target(&req.version)?;
                 self.linearizable_read_notify().await?;
                 // The cluster version is 3.5: the one allowed target is 3.4.
-                let (major, minor) = cluster_major_minor();
+                let (major, minor) = cluster_major_minor(&self.cfg.etcd_version);
                 if target != (major, minor.saturating_sub(1)) || minor == 0 {
                     return Err(ServerError::InvalidDowngradeTargetVersion);
                 }
@@ -217,7 +259,7 @@ impl EtcdServer {
                 }
                 Ok(DowngradeResponse {
                     header: self.current_header(),
-                    version: ETCD_CLUSTER_VERSION.to_string(),
+                    version: cluster_version(&self.cfg.etcd_version),
                 })
             }
             DowngradeAction::Cancel => {
@@ -242,8 +284,8 @@ fn downgrade_target(v: &str) -> Result<(u64, u64), ServerError> {
     ok.ok_or(ServerError::WrongDowngradeVersionFormat)
 }
 
-fn cluster_major_minor() -> (u64, u64) {
-    let mut it = ETCD_CLUSTER_VERSION
+fn cluster_major_minor(etcd_version: &str) -> (u64, u64) {
+    let mut it = etcd_version
         .split('.')
         .map(|p| p.parse::<u64>().unwrap_or(0));
     (it.next().unwrap_or(3), it.next().unwrap_or(5))

@@ -650,10 +650,8 @@ async fn check_san(tls: &TlsStream<TcpStream>, remote: IpAddr) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
     fn cfg(args: &[&str]) -> Config {
-        Config::parse_from(std::iter::once("retcd").chain(args.iter().copied()))
+        Config::from_args(args).unwrap()
     }
 
     #[test]
