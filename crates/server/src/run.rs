@@ -75,6 +75,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
+    // the client port's gRPC metrics (after `metrics::set_extensive`)
+    crate::api::grpc_metrics::init();
     let services = crate::api::grpc::client_services(&server);
     let max_streams = cfg.max_concurrent_streams;
     for url in split_urls(&cfg.listen_client_urls) {
@@ -89,6 +91,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
                 server.clone(),
                 crate::api::client_guard,
             ))
+            // outermost: counts what the guard refuses too
+            .layer(axum::middleware::from_fn(crate::api::grpc_metrics::layer))
             .merge(crate::api::http::router(server.clone()))
             .merge(crate::api::gateway::router(&server, &services));
         let mut rx = stop_rx.clone();

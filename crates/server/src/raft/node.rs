@@ -64,7 +64,7 @@ pub struct RaftNode {
     pub status: Arc<RaftStatus>,
     /// Requests waiting for this thread (the lone-request wait policy).
     pub contention: Arc<Contention>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: &'static Metrics,
     pub transport: Transport,
     pub rx: RaftReceiver,
     pub cfg: RaftNodeConfig,

@@ -63,7 +63,7 @@ pub struct EtcdServer {
     alarms: Arc<AlarmStore>,
     auth: Arc<AuthStore>,
     members: Arc<Members>,
-    metrics: Arc<Metrics>,
+    metrics: &'static Metrics,
     /// The peer transport (membership checks read its peers' activity).
     transport: Transport,
     dialer: Dialer,
