@@ -23,6 +23,17 @@ pub fn router(server: Arc<EtcdServer>) -> Router {
 /// etcd 3.5's /health: healthy when this member knows a leader and a
 /// linearizable read succeeds.
 async fn health(State(s): State<Arc<EtcdServer>>) -> (StatusCode, Json<serde_json::Value>) {
+    let r = health_check(&s).await;
+    let m = crate::metrics::global();
+    if r.0 == StatusCode::OK {
+        m.health_success.inc();
+    } else {
+        m.health_failures.inc();
+    }
+    r
+}
+
+async fn health_check(s: &EtcdServer) -> (StatusCode, Json<serde_json::Value>) {
     if s.leader() == 0 {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -124,6 +124,8 @@ impl EtcdServer {
         m.db_total_size_in_use
             .set(self.backend.size_in_use() as i64);
         m.current_revision.set(self.kv.current_revision());
+        m.keys_total.set(self.kv.indexed_keys() as i64);
+        m.is_learner.set(self.is_learner() as i64);
         m.compact_revision.set(self.kv.compact_revision());
         let (streams, watchers, slow) = self.watch.gauges();
         m.watch_streams.set(streams as i64);
