@@ -129,13 +129,14 @@ const UNKNOWN: usize = 2;
 
 /// One method's children.
 struct Children {
+    index: usize,
     kind: Kind,
     started: IntCounter,
     handled: [IntCounter; 17],
     received: IntCounter,
     sent: IntCounter,
     /// Only with `--metrics extensive`.
-    handling: Option<Histogram>,
+    handling: OnceLock<Histogram>,
 }
 
 impl Children {
@@ -144,19 +145,30 @@ impl Children {
         let g = &global().grpc;
         let l = [kind.label(), service, method];
         Children {
+            index: i,
             kind,
             started: g.started.with_label_values(&l),
             handled: CODES.map(|c| g.handled.with_label_values(&[l[0], l[1], l[2], c])),
             received: g.msg_received.with_label_values(&l),
             sent: g.msg_sent.with_label_values(&l),
-            handling: extensive().then(|| g.handling_seconds.with_label_values(&l)),
+            handling: OnceLock::new(),
         }
+    }
+
+    fn handling(&self, i: usize) -> &Histogram {
+        self.handling.get_or_init(|| {
+            let (service, method, kind, _) = METHODS[i];
+            global()
+                .grpc
+                .handling_seconds
+                .with_label_values(&[kind.label(), service, method])
+        })
     }
 
     fn finish(&self, code: usize, started: Instant) {
         self.handled[code.min(16)].inc();
-        if let Some(h) = &self.handling {
-            h.observe(started.elapsed().as_secs_f64());
+        if extensive() {
+            self.handling(self.index).observe(started.elapsed().as_secs_f64());
         }
     }
 }
@@ -192,7 +204,14 @@ fn children(path: &str) -> Option<&'static Children> {
 /// Creates the exported-from-start children now (etcd registers them when
 /// its gRPC server is built). Call after `metrics::set_extensive`.
 pub fn init() {
-    LazyLock::force(&TABLE);
+    let t = LazyLock::force(&TABLE);
+    if extensive() {
+        for (i, c) in t.children.iter().enumerate() {
+            if let Some(c) = c.get() {
+                c.handling(i);
+            }
+        }
+    }
 }
 
 /// The middleware (`axum::middleware::from_fn`) in front of the client
@@ -394,5 +413,23 @@ mod tests {
         assert!(children("/v3lockpb.Lock/Lock").is_some());
         assert!(children("/etcdserverpb.KV/Nope").is_none());
         assert_eq!(METHODS.iter().filter(|m| m.3).count(), 43);
+    }
+
+    #[test]
+    fn test_extensive_exports_handling_seconds() {
+        crate::metrics::set_extensive(true);
+        init();
+        let t = global().render();
+        assert!(
+            t.contains("grpc_server_handling_seconds_bucket{grpc_method=\"Put\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\",le=\"0.005\"} 0"),
+            "{t}"
+        );
+        assert!(t.contains("# TYPE grpc_server_handling_seconds histogram"));
+        // 43 methods x 17 codes, as etcd 3.5.1 exports before any call
+        let handled = t
+            .lines()
+            .filter(|l| l.starts_with("grpc_server_handled_total{"))
+            .count();
+        assert!(handled >= 43 * 17, "{handled}");
     }
 }
