@@ -445,7 +445,7 @@ async fn workload(c: &retcd_tests::Cluster) -> BTreeMap<String, Family> {
         .expect("prefix get");
     let txn = Txn::new()
         .when([Compare::value("dm/1", CompareOp::Equal, "v")])
-        .and_then([TxnOp::put("dm/txn", "t", None)]);
+        .and_then([TxnOp::put("dm/txn", "t", None), TxnOp::put("dm/txn2", "t", None)]);
     assert!(cl.txn(txn).await.expect("txn").succeeded());
     cl.delete("dm/2", None).await.expect("delete");
     let lease = cl.lease_grant(60, None).await.expect("grant").id();
@@ -627,11 +627,17 @@ async fn peer_metric_families_match_etcd_351() {
             }
             // etcd measures the round trip 5 s after a stream comes up
             tokio::time::sleep(Duration::from_secs(7)).await;
-            c.members[2].kill();
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let f = scrape(&c.endpoints()[0]);
+            // the leader keeps sending to a stopped follower (heartbeats)
+            let leader = c.leader(Duration::from_secs(10)).await.expect("leader");
+            c.members[(leader + 1) % 3].kill();
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let f = scrape(&c.endpoints()[leader]);
             let who = flavor.name();
-            let one = |fam: &str, sample: &str| f[fam].value(sample, &[]);
+            let one = |fam: &str, sample: &str| {
+                f.get(fam)
+                    .unwrap_or_else(|| panic!("{who}: {fam} missing"))
+                    .value(sample, &[])
+            };
             assert!(one("etcd_network_peer_sent_bytes_total", "etcd_network_peer_sent_bytes_total") > 0.0, "{who}");
             assert!(one("etcd_network_peer_received_bytes_total", "etcd_network_peer_received_bytes_total") > 0.0, "{who}");
             assert!(one("etcd_network_peer_sent_failures_total", "etcd_network_peer_sent_failures_total") > 0.0, "{who}");

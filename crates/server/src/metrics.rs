@@ -895,10 +895,11 @@ impl Metrics {
         self.range_total_debug.inc_by(n);
     }
 
-    /// A txn's operations (its compares read too), `succeeded` choosing the
-    /// branch that ran.
+    /// A txn's operations, `succeeded` choosing the branch that ran (its
+    /// compares are not counted: etcd 3.5.1 reads them outside the
+    /// counting txn).
     pub fn count_txn(&self, req: &TxnRequest, succeeded: bool) {
-        let mut c = (req.compare.len() as u64, 0u64, 0u64);
+        let mut c = (0u64, 0u64, 0u64);
         count_ops(self, req, succeeded, &mut c);
         let (ranges, puts, deletes) = c;
         if ranges + puts + deletes > 1 {
@@ -921,7 +922,7 @@ impl Metrics {
 
 /// Adds up a txn branch's (and its nested txns' executed branches') ops.
 /// Nested txns' branches are not known here (their responses are), so
-/// a nested txn counts its compares and its success branch's top level.
+/// a nested txn counts its success branch.
 fn count_ops(m: &Metrics, req: &TxnRequest, succeeded: bool, c: &mut (u64, u64, u64)) {
     let ops = if succeeded {
         &req.success
@@ -936,10 +937,7 @@ fn count_ops(m: &Metrics, req: &TxnRequest, succeeded: bool, c: &mut (u64, u64, 
                 m.total_put_size.add((p.key.len() + p.value.len()) as i64);
             }
             Some(request_op::Request::RequestDeleteRange(_)) => c.2 += 1,
-            Some(request_op::Request::RequestTxn(t)) => {
-                c.0 += t.compare.len() as u64;
-                count_ops(m, t, true, c);
-            }
+            Some(request_op::Request::RequestTxn(t)) => count_ops(m, t, true, c),
             None => {}
         }
     }
@@ -1144,10 +1142,10 @@ mod tests {
         m.count_txn(&req, true);
         assert_eq!(
             (m.txn_total.get(), m.put_total.get(), m.range_total.get()),
-            (1, 2, 1)
+            (1, 2, 0)
         );
         assert_eq!(m.total_put_size.get(), 6);
-        m.count_txn(&req, false); // a compare alone is not a txn
+        m.count_txn(&req, false); // compares alone are not a txn
         assert_eq!(m.txn_total.get(), 1);
     }
 }
