@@ -203,9 +203,7 @@ async fn metrics_count_watch_streams_and_watchers() {
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use etcd_client::{
-    AlarmAction, AlarmType, Compare, CompareOp, GetOptions, Txn, TxnOp,
-};
+use etcd_client::{AlarmAction, AlarmType, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use retcd_tests::{etcd351_bin, Flavor};
 
 /// One metric family of a scrape.
@@ -445,7 +443,10 @@ async fn workload(c: &retcd_tests::Cluster) -> BTreeMap<String, Family> {
         .expect("prefix get");
     let txn = Txn::new()
         .when([Compare::value("dm/1", CompareOp::Equal, "v")])
-        .and_then([TxnOp::put("dm/txn", "t", None), TxnOp::put("dm/txn2", "t", None)]);
+        .and_then([
+            TxnOp::put("dm/txn", "t", None),
+            TxnOp::put("dm/txn2", "t", None),
+        ]);
     assert!(cl.txn(txn).await.expect("txn").succeeded());
     cl.delete("dm/2", None).await.expect("delete");
     let lease = cl.lease_grant(60, None).await.expect("grant").id();
@@ -454,7 +455,13 @@ async fn workload(c: &retcd_tests::Cluster) -> BTreeMap<String, Family> {
     ka.message().await.expect("keepalive reply");
     drop((keeper, ka));
     cl.lease_revoke(lease).await.expect("revoke");
-    let rev = cl.status().await.expect("status").header().unwrap().revision();
+    let rev = cl
+        .status()
+        .await
+        .expect("status")
+        .header()
+        .unwrap()
+        .revision();
     cl.compact(rev - 5, None).await.expect("compact");
     cl.defragment().await.expect("defrag");
     cl.alarm(AlarmAction::Get, AlarmType::None, None)
@@ -472,7 +479,10 @@ async fn workload(c: &retcd_tests::Cluster) -> BTreeMap<String, Family> {
             let f = scrape(&ep);
             let v = f["grpc_server_handled_total"].value(
                 "grpc_server_handled_total",
-                &[("grpc_method", "Watch"), ("grpc_service", "etcdserverpb.Watch")],
+                &[
+                    ("grpc_method", "Watch"),
+                    ("grpc_service", "etcdserverpb.Watch"),
+                ],
             );
             (v == 1.0).then_some(f).ok_or(v)
         },
@@ -509,10 +519,7 @@ fn compare(
             ));
             continue;
         };
-        for (what, a, b) in [
-            ("type", &e.kind, &o.kind),
-            ("help", &e.help, &o.help),
-        ] {
+        for (what, a, b) in [("type", &e.kind, &o.kind), ("help", &e.help, &o.help)] {
             if a != b {
                 diffs.push(format!("{name}: {what} {a:?} (etcd) vs {b:?} (retcd)"));
             }
@@ -526,7 +533,10 @@ fn compare(
             v
         };
         if num(&e.buckets) != num(&o.buckets) {
-            diffs.push(format!("{name}: buckets {:?} vs {:?}", e.buckets, o.buckets));
+            diffs.push(format!(
+                "{name}: buckets {:?} vs {:?}",
+                e.buckets, o.buckets
+            ));
         }
     }
     diffs
@@ -550,7 +560,11 @@ fn check_counts(who: &str, f: &BTreeMap<String, Family>) {
     }
     let ok_puts = [put[0], put[1], ("grpc_code", "OK"), ("grpc_type", "unary")];
     assert_eq!(
-        v("grpc_server_handled_total", "grpc_server_handled_total", &ok_puts),
+        v(
+            "grpc_server_handled_total",
+            "grpc_server_handled_total",
+            &ok_puts
+        ),
         puts,
         "{who}: Put handled OK"
     );
@@ -561,28 +575,94 @@ fn check_counts(who: &str, f: &BTreeMap<String, Family>) {
         .filter(|(_, l, _)| l.contains("grpc_method=\"Put\""))
         .count();
     assert_eq!(put_codes, 17, "{who}: Put's handled codes");
-    let watch = [("grpc_method", "Watch"), ("grpc_service", "etcdserverpb.Watch"), ("grpc_type", "bidi_stream")];
-    assert_eq!(v("grpc_server_started_total", "grpc_server_started_total", &watch), 1.0, "{who}");
-    assert!(v("grpc_server_msg_sent_total", "grpc_server_msg_sent_total", &watch) >= 2.0, "{who}");
-    let ka = [("grpc_method", "LeaseKeepAlive"), ("grpc_type", "bidi_stream")];
-    assert_eq!(v("grpc_server_started_total", "grpc_server_started_total", &ka), 1.0, "{who}");
+    let watch = [
+        ("grpc_method", "Watch"),
+        ("grpc_service", "etcdserverpb.Watch"),
+        ("grpc_type", "bidi_stream"),
+    ];
+    assert_eq!(
+        v(
+            "grpc_server_started_total",
+            "grpc_server_started_total",
+            &watch
+        ),
+        1.0,
+        "{who}"
+    );
+    assert!(
+        v(
+            "grpc_server_msg_sent_total",
+            "grpc_server_msg_sent_total",
+            &watch
+        ) >= 2.0,
+        "{who}"
+    );
+    let ka = [
+        ("grpc_method", "LeaseKeepAlive"),
+        ("grpc_type", "bidi_stream"),
+    ];
+    assert_eq!(
+        v(
+            "grpc_server_started_total",
+            "grpc_server_started_total",
+            &ka
+        ),
+        1.0,
+        "{who}"
+    );
     let one = |fam: &str| v(fam, fam, &[]);
     assert!(one("etcd_mvcc_put_total") >= puts + 1.0, "{who}: mvcc puts");
     assert!(one("etcd_mvcc_delete_total") >= 1.0, "{who}: mvcc deletes");
     assert!(one("etcd_mvcc_range_total") >= 4.0, "{who}: mvcc ranges");
     assert!(one("etcd_mvcc_txn_total") >= 1.0, "{who}: mvcc txns");
-    assert!(one("etcd_debugging_mvcc_events_total") >= 1.0, "{who}: events");
+    assert!(
+        one("etcd_debugging_mvcc_events_total") >= 1.0,
+        "{who}: events"
+    );
     assert_eq!(one("etcd_debugging_lease_granted_total"), 1.0, "{who}");
     assert_eq!(one("etcd_debugging_lease_revoked_total"), 1.0, "{who}");
     assert!(one("etcd_debugging_lease_renewed_total") >= 1.0, "{who}");
-    assert_eq!(v("etcd_debugging_lease_ttl_total", "etcd_debugging_lease_ttl_total_sum", &[]), 60.0, "{who}");
+    assert_eq!(
+        v(
+            "etcd_debugging_lease_ttl_total",
+            "etcd_debugging_lease_ttl_total_sum",
+            &[]
+        ),
+        60.0,
+        "{who}"
+    );
     assert!(one("etcd_server_health_success") >= 1.0, "{who}");
-    assert_eq!(v("etcd_disk_backend_defrag_duration_seconds", "etcd_disk_backend_defrag_duration_seconds_count", &[]), 1.0, "{who}");
-    assert!(v("etcd_mvcc_hash_rev_duration_seconds", "etcd_mvcc_hash_rev_duration_seconds_count", &[]) >= 1.0, "{who}");
-    assert!(one("etcd_network_client_grpc_received_bytes_total") > puts * 5.0, "{who}");
-    assert!(one("etcd_network_client_grpc_sent_bytes_total") > puts * 10.0, "{who}");
+    assert_eq!(
+        v(
+            "etcd_disk_backend_defrag_duration_seconds",
+            "etcd_disk_backend_defrag_duration_seconds_count",
+            &[]
+        ),
+        1.0,
+        "{who}"
+    );
+    assert!(
+        v(
+            "etcd_mvcc_hash_rev_duration_seconds",
+            "etcd_mvcc_hash_rev_duration_seconds_count",
+            &[]
+        ) >= 1.0,
+        "{who}"
+    );
+    assert!(
+        one("etcd_network_client_grpc_received_bytes_total") > puts * 5.0,
+        "{who}"
+    );
+    assert!(
+        one("etcd_network_client_grpc_sent_bytes_total") > puts * 10.0,
+        "{who}"
+    );
     assert!(one("etcd_disk_wal_write_bytes_total") > 0.0, "{who}");
-    assert_eq!(one("etcd_server_quota_backend_bytes"), 2147483648.0, "{who}");
+    assert_eq!(
+        one("etcd_server_quota_backend_bytes"),
+        2147483648.0,
+        "{who}"
+    );
     assert_eq!(one("etcd_server_is_learner"), 0.0, "{who}");
     assert!(one("process_resident_memory_bytes") > 1e6, "{who}");
     assert!(one("process_open_fds") > 3.0, "{who}");
@@ -638,20 +718,55 @@ async fn peer_metric_families_match_etcd_351() {
                     .unwrap_or_else(|| panic!("{who}: {fam} missing"))
                     .value(sample, &[])
             };
-            assert!(one("etcd_network_peer_sent_bytes_total", "etcd_network_peer_sent_bytes_total") > 0.0, "{who}");
-            assert!(one("etcd_network_peer_received_bytes_total", "etcd_network_peer_received_bytes_total") > 0.0, "{who}");
-            assert!(one("etcd_network_peer_sent_failures_total", "etcd_network_peer_sent_failures_total") > 0.0, "{who}");
-            assert!(one("etcd_network_disconnected_peers_total", "etcd_network_disconnected_peers_total") >= 1.0, "{who}");
-            assert_eq!(one("etcd_network_active_peers", "etcd_network_active_peers"), 1.0, "{who}: one peer left up");
             assert!(
-                one("etcd_network_peer_round_trip_time_seconds", "etcd_network_peer_round_trip_time_seconds_count") >= 1.0,
+                one(
+                    "etcd_network_peer_sent_bytes_total",
+                    "etcd_network_peer_sent_bytes_total"
+                ) > 0.0,
+                "{who}"
+            );
+            assert!(
+                one(
+                    "etcd_network_peer_received_bytes_total",
+                    "etcd_network_peer_received_bytes_total"
+                ) > 0.0,
+                "{who}"
+            );
+            assert!(
+                one(
+                    "etcd_network_peer_sent_failures_total",
+                    "etcd_network_peer_sent_failures_total"
+                ) > 0.0,
+                "{who}"
+            );
+            assert!(
+                one(
+                    "etcd_network_disconnected_peers_total",
+                    "etcd_network_disconnected_peers_total"
+                ) >= 1.0,
+                "{who}"
+            );
+            assert_eq!(
+                one("etcd_network_active_peers", "etcd_network_active_peers"),
+                1.0,
+                "{who}: one peer left up"
+            );
+            assert!(
+                one(
+                    "etcd_network_peer_round_trip_time_seconds",
+                    "etcd_network_peer_round_trip_time_seconds_count"
+                ) >= 1.0,
                 "{who}: no round trip measured"
             );
             scrapes.insert(who, f);
         }
         if let (Some(etcd), Some(ours)) = (scrapes.get("etcd"), scrapes.get("retcd")) {
             let diffs = compare(PEER_FAMILIES, etcd, ours);
-            assert!(diffs.is_empty(), "peer families differ:\n{}", diffs.join("\n"));
+            assert!(
+                diffs.is_empty(),
+                "peer families differ:\n{}",
+                diffs.join("\n")
+            );
         }
     })
     .await;

@@ -14,8 +14,8 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    exponential_buckets, Counter, Encoder, Gauge, Histogram, HistogramOpts,
-    HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Counter, Encoder, Gauge, Histogram, HistogramOpts, HistogramVec,
+    IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use retcd_api::etcdserverpb::{request_op, TxnRequest};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +37,9 @@ pub fn set_extensive(on: bool) {
     if on {
         let m = global();
         // registered at most once (a second call finds it registered)
-        let _ = m.registry.register(Box::new(m.grpc.handling_seconds.clone()));
+        let _ = m
+            .registry
+            .register(Box::new(m.grpc.handling_seconds.clone()));
     }
 }
 
@@ -274,7 +276,14 @@ impl Reg<'_> {
     fn counter(&self, ns: &str, sub: &str, name: &str, help: &str) -> IntCounter {
         self.add(IntCounter::with_opts(opts(ns, sub, name, help)).expect("valid counter"))
     }
-    fn counter_vec(&self, ns: &str, sub: &str, name: &str, help: &str, l: &[&str]) -> IntCounterVec {
+    fn counter_vec(
+        &self,
+        ns: &str,
+        sub: &str,
+        name: &str,
+        help: &str,
+        l: &[&str],
+    ) -> IntCounterVec {
         self.add(IntCounterVec::new(opts(ns, sub, name, help), l).expect("valid counter vec"))
     }
     fn gauge_vec(&self, ns: &str, sub: &str, name: &str, help: &str, l: &[&str]) -> IntGaugeVec {
@@ -823,7 +832,9 @@ impl Metrics {
     /// `types.ID`).
     pub fn set_server_id(&self, id: u64) {
         self.server_id.reset();
-        self.server_id.with_label_values(&[&format!("{id:x}")]).set(1);
+        self.server_id
+            .with_label_values(&[&format!("{id:x}")])
+            .set(1);
     }
 
     /// The children of peer `to`'s sending-side families, for member `local`.

@@ -168,7 +168,8 @@ impl Children {
     fn finish(&self, code: usize, started: Instant) {
         self.handled[code.min(16)].inc();
         if extensive() {
-            self.handling(self.index).observe(started.elapsed().as_secs_f64());
+            self.handling(self.index)
+                .observe(started.elapsed().as_secs_f64());
         }
     }
 }
@@ -216,7 +217,10 @@ pub fn init() {
 
 /// The middleware (`axum::middleware::from_fn`) in front of the client
 /// port's gRPC routes; other paths pass through.
-pub async fn layer(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+pub async fn layer(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     let Some(c) = children(req.uri().path()) else {
         return next.run(req).await;
     };
@@ -227,9 +231,7 @@ pub async fn layer(req: axum::extract::Request, next: axum::middleware::Next) ->
         .get("client-api-version")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("unknown");
-    global()
-        .client_requests
-        .inc(c.kind != Kind::Unary, version);
+    global().client_requests.inc(c.kind != Kind::Unary, version);
     if c.kind == Kind::Unary {
         // go-grpc-prometheus counts a unary call's one request message as
         // the call starts

@@ -57,11 +57,11 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
                     m.lease_granted.inc();
                     m.lease_ttl.observe(ttl as f64);
                     ApplyResult::LeaseGrant(LeaseGrantResponse {
-                    header: batch_header(batch),
-                    id: r.id,
-                    ttl,
-                    error: String::new(),
-                })
+                        header: batch_header(batch),
+                        id: r.id,
+                        ttl,
+                        error: String::new(),
+                    })
                 }
                 Err(e) => ApplyResult::Err(e.into()),
             }
@@ -71,8 +71,8 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
                 Ok(()) => {
                     crate::metrics::global().lease_revoked.inc();
                     ApplyResult::LeaseRevoke(LeaseRevokeResponse {
-                    header: batch_header(batch),
-                })
+                        header: batch_header(batch),
+                    })
                 }
                 Err(e) => ApplyResult::Err(e.into()),
             }

@@ -16,8 +16,8 @@ use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
 use retcd_api::retcdpb::{Member, MembersRequest, RaftBatch};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc as tmpsc;
@@ -170,7 +170,10 @@ async fn peer_sender(
     let (self_id, raft) = (inner.self_id, inner.raft.clone());
     // `etcd_network_active_peers` follows what this task saw (up once per
     // connected stream, down when it breaks or the task ends)
-    let pm = Counted(crate::metrics::global().peer(self_id, to), AtomicBool::new(false));
+    let pm = Counted(
+        crate::metrics::global().peer(self_id, to),
+        AtomicBool::new(false),
+    );
     let set_active = |up: bool| {
         let mut a = inner.active.write();
         if !up {
@@ -344,7 +347,10 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Measures the round trip of a small call (`Members`) to the peer into
 /// `etcd_network_peer_round_trip_time_seconds`, as etcd's prober does.
-async fn probe_rtt(mut client: RaftPeerClient<tonic::transport::Channel>, rtt: prometheus::Histogram) {
+async fn probe_rtt(
+    mut client: RaftPeerClient<tonic::transport::Channel>,
+    rtt: prometheus::Histogram,
+) {
     loop {
         tokio::time::sleep(PROBE_INTERVAL).await;
         let started = Instant::now();

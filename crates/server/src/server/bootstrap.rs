@@ -252,7 +252,9 @@ impl EtcdServer {
             cfg,
         });
         metrics.set_server_id(server.member_id);
-        metrics.quota_backend_bytes.set(server.cfg.quota_bytes() as i64);
+        metrics
+            .quota_backend_bytes
+            .set(server.cfg.quota_bytes() as i64);
         tokio::spawn(cluster::publish(server.clone()));
         tokio::spawn(lease::run_lessor(server.clone()));
         compactor::start(&server)?;

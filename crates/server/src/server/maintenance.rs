@@ -144,8 +144,8 @@ impl EtcdServer {
         let stats = tokio::task::spawn_blocking(move || kv.defrag()).await;
         m.defrag_inflight.set(0);
         m.backend_defrag.observe(started.elapsed().as_secs_f64());
-        let stats = stats
-            .map_err(|e| ServerError::internal_from("retcd: defrag task failed", e))??;
+        let stats =
+            stats.map_err(|e| ServerError::internal_from("retcd: defrag task failed", e))??;
         self.metrics.db_total_size.set(stats.size_after as i64);
         Ok(())
     }
@@ -158,8 +158,7 @@ impl EtcdServer {
         self.metrics
             .hash_duration
             .observe(started.elapsed().as_secs_f64());
-        let hash = hash
-            .map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
+        let hash = hash.map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
         Ok(HashResponse {
             header: self.current_header(),
             hash,
@@ -199,8 +198,8 @@ impl EtcdServer {
         self.metrics
             .hash_rev_duration
             .observe(started.elapsed().as_secs_f64());
-        let (hash, compact, rev) = r
-            .map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
+        let (hash, compact, rev) =
+            r.map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
         Ok((crate::failpoints::hash_kv(hash), compact, rev))
     }
 

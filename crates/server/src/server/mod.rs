@@ -127,7 +127,7 @@ impl EtcdServer {
     }
 
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        self.metrics
     }
 
     pub fn current_revision(&self) -> i64 {
