@@ -194,3 +194,580 @@ async fn metrics_count_watch_streams_and_watchers() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------------------
+// Differential: the families etcd 3.5.1 exports (those etcd's mixin
+// dashboards and alerts query, and the rest of the list below) exist on
+// retcd with the same type, label names, help text and buckets, and they
+// count what the workload did.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use etcd_client::{AlarmAction, AlarmType, Compare, CompareOp, GetOptions, Txn, TxnOp};
+use retcd_tests::{etcd351_bin, Flavor};
+
+/// One metric family of a scrape.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Family {
+    kind: String,
+    help: String,
+    /// Label names of its samples (without `le`, `quantile`).
+    labels: BTreeSet<String>,
+    /// A histogram's bucket bounds (`le`), as written.
+    buckets: BTreeSet<String>,
+    /// (labels as written, value) of every sample, `_bucket` etc. included
+    /// under their own names.
+    samples: Vec<(String, String, f64)>,
+}
+
+/// Splits `a="x",b="y"` into pairs (values have no `",` in these scrapes).
+fn label_pairs(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some((k, r)) = rest.split_once("=\"") {
+        let Some(end) = r.find('"') else { break };
+        out.push((k.trim_start_matches(',').to_string(), r[..end].to_string()));
+        rest = &r[end + 1..];
+    }
+    out
+}
+
+fn parse_families(text: &str) -> BTreeMap<String, Family> {
+    let mut fams: BTreeMap<String, Family> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            fams.entry(name.to_string()).or_default().help = help.to_string();
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            fams.entry(name.to_string()).or_default().kind = kind.to_string();
+        } else if !line.is_empty() && !line.starts_with('#') {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((n, l)) => (n, l.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let family = [
+                name,
+                name.strip_suffix("_bucket").unwrap_or(""),
+                name.strip_suffix("_sum").unwrap_or(""),
+                name.strip_suffix("_count").unwrap_or(""),
+            ]
+            .into_iter()
+            .find(|n| !n.is_empty() && fams.contains_key(*n))
+            .unwrap_or(name)
+            .to_string();
+            let f = fams.entry(family).or_default();
+            for (k, v) in label_pairs(labels) {
+                if k == "le" {
+                    f.buckets.insert(v);
+                } else if k != "quantile" {
+                    f.labels.insert(k);
+                }
+            }
+            f.samples.push((
+                name.to_string(),
+                labels.to_string(),
+                value.parse().unwrap_or(f64::NAN),
+            ));
+        }
+    }
+    fams
+}
+
+impl Family {
+    /// The sum of the samples named `name` whose labels include every
+    /// `want` pair.
+    fn value(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+        self.samples
+            .iter()
+            .filter(|(n, l, _)| {
+                let pairs = label_pairs(l);
+                n == name
+                    && want
+                        .iter()
+                        .all(|(k, v)| pairs.iter().any(|(pk, pv)| pk == k && pv == v))
+            })
+            .map(|(_, _, v)| v)
+            .sum()
+    }
+}
+
+/// The families both must export after the single-member workload.
+const FAMILIES: &[&str] = &[
+    // the mixin's (alerts and dashboards)
+    "grpc_server_started_total",
+    "grpc_server_handled_total",
+    "grpc_server_msg_received_total",
+    "grpc_server_msg_sent_total",
+    "etcd_server_has_leader",
+    "etcd_server_leader_changes_seen_total",
+    "etcd_server_proposals_failed_total",
+    "etcd_server_proposals_committed_total",
+    "etcd_server_proposals_applied_total",
+    "etcd_server_proposals_pending",
+    "etcd_disk_wal_fsync_duration_seconds",
+    "etcd_disk_backend_commit_duration_seconds",
+    "etcd_mvcc_db_total_size_in_bytes",
+    "etcd_mvcc_db_total_size_in_use_in_bytes",
+    "etcd_server_quota_backend_bytes",
+    "etcd_network_client_grpc_received_bytes_total",
+    "etcd_network_client_grpc_sent_bytes_total",
+    "process_resident_memory_bytes",
+    // the server's
+    "etcd_server_slow_apply_total",
+    "etcd_server_slow_read_indexes_total",
+    "etcd_server_read_indexes_failed_total",
+    "etcd_server_heartbeat_send_failures_total",
+    "etcd_server_health_success",
+    "etcd_server_health_failures",
+    "etcd_server_is_leader",
+    "etcd_server_is_learner",
+    "etcd_server_id",
+    "etcd_server_version",
+    "etcd_server_go_version",
+    "etcd_server_learner_promote_successes",
+    "etcd_server_client_requests_total",
+    "etcd_server_snapshot_apply_in_progress_total",
+    "etcd_cluster_version",
+    // mvcc
+    "etcd_mvcc_put_total",
+    "etcd_mvcc_delete_total",
+    "etcd_mvcc_range_total",
+    "etcd_mvcc_txn_total",
+    "etcd_mvcc_db_open_read_transactions",
+    "etcd_mvcc_hash_duration_seconds",
+    "etcd_mvcc_hash_rev_duration_seconds",
+    "etcd_debugging_mvcc_keys_total",
+    "etcd_debugging_mvcc_watcher_total",
+    "etcd_debugging_mvcc_watch_stream_total",
+    "etcd_debugging_mvcc_events_total",
+    "etcd_debugging_mvcc_pending_events_total",
+    "etcd_debugging_mvcc_slow_watcher_total",
+    "etcd_debugging_mvcc_compact_revision",
+    "etcd_debugging_mvcc_current_revision",
+    "etcd_debugging_mvcc_range_total",
+    "etcd_debugging_mvcc_total_put_size_in_bytes",
+    "etcd_debugging_mvcc_db_compaction_keys_total",
+    "etcd_debugging_mvcc_db_compaction_last",
+    "etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds",
+    "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds",
+    "etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds",
+    // lease
+    "etcd_debugging_lease_granted_total",
+    "etcd_debugging_lease_revoked_total",
+    "etcd_debugging_lease_renewed_total",
+    "etcd_debugging_lease_ttl_total",
+    "etcd_debugging_server_lease_expired_total",
+    // snapshots and disk
+    "etcd_debugging_snap_save_total_duration_seconds",
+    "etcd_debugging_snap_save_marshalling_duration_seconds",
+    "etcd_snap_db_save_total_duration_seconds",
+    "etcd_snap_db_fsync_duration_seconds",
+    "etcd_snap_fsync_duration_seconds",
+    "etcd_disk_backend_defrag_duration_seconds",
+    "etcd_disk_backend_snapshot_duration_seconds",
+    "etcd_disk_wal_write_bytes_total",
+    "etcd_disk_defrag_inflight",
+    // process
+    "process_cpu_seconds_total",
+    "process_virtual_memory_bytes",
+    "process_virtual_memory_max_bytes",
+    "process_open_fds",
+    "process_max_fds",
+    "process_start_time_seconds",
+    "os_fd_used",
+    "os_fd_limit",
+];
+
+/// The peer families both must export on a member of three, one of them
+/// stopped.
+const PEER_FAMILIES: &[&str] = &[
+    "etcd_network_peer_sent_bytes_total",
+    "etcd_network_peer_received_bytes_total",
+    "etcd_network_peer_round_trip_time_seconds",
+    "etcd_network_peer_sent_failures_total",
+    "etcd_network_active_peers",
+    "etcd_network_disconnected_peers_total",
+];
+
+/// Which servers the differential runs on: `RETCD_METRICS_TARGETS=etcd`
+/// runs it on etcd 3.5.1 alone (to check the test itself).
+fn targets() -> Vec<Flavor> {
+    match std::env::var("RETCD_METRICS_TARGETS").as_deref() {
+        Ok("etcd") => vec![Flavor::Etcd],
+        Ok("retcd") => vec![Flavor::Retcd],
+        _ => vec![Flavor::Etcd, Flavor::Retcd],
+    }
+}
+
+async fn start(flavor: Flavor, n: usize) -> retcd_tests::Cluster {
+    let bin = match flavor {
+        Flavor::Etcd => etcd351_bin(),
+        Flavor::Retcd => retcd_tests::retcd_bin(),
+    };
+    retcd_tests::Cluster::start_with_binary(flavor, bin, n, &[])
+        .await
+        .expect("start")
+}
+
+const PUTS: usize = 20;
+
+/// Puts, gets, a txn, a delete, a watch, a lease granted, kept alive and
+/// revoked, a compaction, a defrag, alarm list, HashKV and /health; then
+/// the scrape.
+async fn workload(c: &retcd_tests::Cluster) -> BTreeMap<String, Family> {
+    let ep = c.endpoints()[0].clone();
+    let mut cl = c.client(0).await.expect("client");
+    let mut w = cl.watch("dm/0", None).await.expect("watch");
+    let created = tokio::time::timeout(Duration::from_secs(10), w.message())
+        .await
+        .expect("watch created")
+        .unwrap()
+        .unwrap();
+    assert!(created.created());
+    for i in 0..PUTS {
+        cl.put(format!("dm/{i}"), "v", None).await.expect("put");
+    }
+    let ev = tokio::time::timeout(Duration::from_secs(10), w.message())
+        .await
+        .expect("watch event")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.events().len(), 1);
+    for _ in 0..3 {
+        cl.get("dm/1", None).await.expect("get");
+    }
+    cl.get("dm/", Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("prefix get");
+    let txn = Txn::new()
+        .when([Compare::value("dm/1", CompareOp::Equal, "v")])
+        .and_then([
+            TxnOp::put("dm/txn", "t", None),
+            TxnOp::put("dm/txn2", "t", None),
+        ]);
+    assert!(cl.txn(txn).await.expect("txn").succeeded());
+    cl.delete("dm/2", None).await.expect("delete");
+    let lease = cl.lease_grant(60, None).await.expect("grant").id();
+    let (mut keeper, mut ka) = cl.lease_keep_alive(lease).await.expect("keepalive");
+    keeper.keep_alive().await.expect("keepalive send");
+    ka.message().await.expect("keepalive reply");
+    drop((keeper, ka));
+    cl.lease_revoke(lease).await.expect("revoke");
+    let rev = cl
+        .status()
+        .await
+        .expect("status")
+        .header()
+        .unwrap()
+        .revision();
+    cl.compact(rev - 5, None).await.expect("compact");
+    cl.defragment().await.expect("defrag");
+    cl.alarm(AlarmAction::Get, AlarmType::None, None)
+        .await
+        .expect("alarm list");
+    cl.hash_kv(0).await.expect("hash kv");
+    drop(w);
+    let health = http_get(&ep, "/health");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    // the closed watch stream is handled (Canceled) shortly
+    retry_until(
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        async || {
+            let f = scrape(&ep);
+            let v = f["grpc_server_handled_total"].value(
+                "grpc_server_handled_total",
+                &[
+                    ("grpc_method", "Watch"),
+                    ("grpc_service", "etcdserverpb.Watch"),
+                ],
+            );
+            (v == 1.0).then_some(f).ok_or(v)
+        },
+    )
+    .await
+    .unwrap_or_else(|v| panic!("watch stream handled {v} times, not 1"))
+}
+
+fn scrape(ep: &str) -> BTreeMap<String, Family> {
+    // HTTP/1.0: a plain body, never chunked
+    let addr = ep.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read response");
+    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    parse_families(body)
+}
+
+/// Compares `names` of `etcd` and `ours`: type, help, label names, buckets.
+fn compare(
+    names: &[&str],
+    etcd: &BTreeMap<String, Family>,
+    ours: &BTreeMap<String, Family>,
+) -> Vec<String> {
+    let mut diffs = Vec::new();
+    for name in names {
+        let (Some(e), Some(o)) = (etcd.get(*name), ours.get(*name)) else {
+            diffs.push(format!(
+                "{name}: etcd has it: {}, retcd has it: {}",
+                etcd.contains_key(*name),
+                ours.contains_key(*name)
+            ));
+            continue;
+        };
+        for (what, a, b) in [("type", &e.kind, &o.kind), ("help", &e.help, &o.help)] {
+            if a != b {
+                diffs.push(format!("{name}: {what} {a:?} (etcd) vs {b:?} (retcd)"));
+            }
+        }
+        if e.labels != o.labels {
+            diffs.push(format!("{name}: labels {:?} vs {:?}", e.labels, o.labels));
+        }
+        let num = |s: &BTreeSet<String>| -> Vec<f64> {
+            let mut v: Vec<f64> = s.iter().map(|b| b.parse().unwrap()).collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        if num(&e.buckets) != num(&o.buckets) {
+            diffs.push(format!(
+                "{name}: buckets {:?} vs {:?}",
+                e.buckets, o.buckets
+            ));
+        }
+    }
+    diffs
+}
+
+/// What the workload must have moved, on either server.
+fn check_counts(who: &str, f: &BTreeMap<String, Family>) {
+    let v = |fam: &str, sample: &str, want: &[(&str, &str)]| -> f64 {
+        f.get(fam)
+            .unwrap_or_else(|| panic!("{who}: {fam} missing"))
+            .value(sample, want)
+    };
+    let put = [("grpc_method", "Put"), ("grpc_service", "etcdserverpb.KV")];
+    let puts = PUTS as f64;
+    for fam in [
+        "grpc_server_started_total",
+        "grpc_server_msg_received_total",
+        "grpc_server_msg_sent_total",
+    ] {
+        assert_eq!(v(fam, fam, &put), puts, "{who}: {fam} of Put");
+    }
+    let ok_puts = [put[0], put[1], ("grpc_code", "OK"), ("grpc_type", "unary")];
+    assert_eq!(
+        v(
+            "grpc_server_handled_total",
+            "grpc_server_handled_total",
+            &ok_puts
+        ),
+        puts,
+        "{who}: Put handled OK"
+    );
+    // every code of every method is there from the start
+    let put_codes = f["grpc_server_handled_total"]
+        .samples
+        .iter()
+        .filter(|(_, l, _)| l.contains("grpc_method=\"Put\""))
+        .count();
+    assert_eq!(put_codes, 17, "{who}: Put's handled codes");
+    let watch = [
+        ("grpc_method", "Watch"),
+        ("grpc_service", "etcdserverpb.Watch"),
+        ("grpc_type", "bidi_stream"),
+    ];
+    assert_eq!(
+        v(
+            "grpc_server_started_total",
+            "grpc_server_started_total",
+            &watch
+        ),
+        1.0,
+        "{who}"
+    );
+    assert!(
+        v(
+            "grpc_server_msg_sent_total",
+            "grpc_server_msg_sent_total",
+            &watch
+        ) >= 2.0,
+        "{who}"
+    );
+    let ka = [
+        ("grpc_method", "LeaseKeepAlive"),
+        ("grpc_type", "bidi_stream"),
+    ];
+    assert_eq!(
+        v(
+            "grpc_server_started_total",
+            "grpc_server_started_total",
+            &ka
+        ),
+        1.0,
+        "{who}"
+    );
+    let one = |fam: &str| v(fam, fam, &[]);
+    assert!(one("etcd_mvcc_put_total") >= puts + 1.0, "{who}: mvcc puts");
+    assert!(one("etcd_mvcc_delete_total") >= 1.0, "{who}: mvcc deletes");
+    assert!(one("etcd_mvcc_range_total") >= 4.0, "{who}: mvcc ranges");
+    assert!(one("etcd_mvcc_txn_total") >= 1.0, "{who}: mvcc txns");
+    assert!(
+        one("etcd_debugging_mvcc_events_total") >= 1.0,
+        "{who}: events"
+    );
+    assert_eq!(one("etcd_debugging_lease_granted_total"), 1.0, "{who}");
+    assert_eq!(one("etcd_debugging_lease_revoked_total"), 1.0, "{who}");
+    assert!(one("etcd_debugging_lease_renewed_total") >= 1.0, "{who}");
+    assert_eq!(
+        v(
+            "etcd_debugging_lease_ttl_total",
+            "etcd_debugging_lease_ttl_total_sum",
+            &[]
+        ),
+        60.0,
+        "{who}"
+    );
+    assert!(one("etcd_server_health_success") >= 1.0, "{who}");
+    assert_eq!(
+        v(
+            "etcd_disk_backend_defrag_duration_seconds",
+            "etcd_disk_backend_defrag_duration_seconds_count",
+            &[]
+        ),
+        1.0,
+        "{who}"
+    );
+    assert!(
+        v(
+            "etcd_mvcc_hash_rev_duration_seconds",
+            "etcd_mvcc_hash_rev_duration_seconds_count",
+            &[]
+        ) >= 1.0,
+        "{who}"
+    );
+    assert!(
+        one("etcd_network_client_grpc_received_bytes_total") > puts * 5.0,
+        "{who}"
+    );
+    assert!(
+        one("etcd_network_client_grpc_sent_bytes_total") > puts * 10.0,
+        "{who}"
+    );
+    assert!(one("etcd_disk_wal_write_bytes_total") > 0.0, "{who}");
+    assert_eq!(
+        one("etcd_server_quota_backend_bytes"),
+        2147483648.0,
+        "{who}"
+    );
+    assert_eq!(one("etcd_server_is_learner"), 0.0, "{who}");
+    assert!(one("process_resident_memory_bytes") > 1e6, "{who}");
+    assert!(one("process_open_fds") > 3.0, "{who}");
+    assert!(one("os_fd_limit") >= one("os_fd_used"), "{who}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metric_families_match_etcd_351() {
+    bounded(LIMIT * 2, async {
+        let mut scrapes = BTreeMap::new();
+        for flavor in targets() {
+            let c = start(flavor, 1).await;
+            let f = workload(&c).await;
+            check_counts(flavor.name(), &f);
+            scrapes.insert(flavor.name(), f);
+        }
+        let etcd = scrapes.get("etcd");
+        let ours = scrapes.get("retcd");
+        if let (Some(etcd), Some(ours)) = (etcd, ours) {
+            let diffs = compare(FAMILIES, etcd, ours);
+            assert!(diffs.is_empty(), "families differ:\n{}", diffs.join("\n"));
+        } else {
+            // one server only: every family on the list is there
+            let f = etcd.or(ours).unwrap();
+            let missing: Vec<_> = FAMILIES.iter().filter(|n| !f.contains_key(**n)).collect();
+            assert!(missing.is_empty(), "missing {missing:?}");
+        }
+    })
+    .await;
+}
+
+/// A member of three: its peer families, after one peer stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_metric_families_match_etcd_351() {
+    bounded(LIMIT * 2, async {
+        let mut scrapes = BTreeMap::new();
+        for flavor in targets() {
+            let mut c = start(flavor, 3).await;
+            let mut cl = c.client(0).await.expect("client");
+            for i in 0..10 {
+                cl.put(format!("p/{i}"), "v", None).await.expect("put");
+            }
+            // etcd measures the round trip 5 s after a stream comes up
+            tokio::time::sleep(Duration::from_secs(7)).await;
+            // the leader keeps sending to a stopped follower (heartbeats)
+            let leader = c.leader(Duration::from_secs(10)).await.expect("leader");
+            c.members[(leader + 1) % 3].kill();
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let f = scrape(&c.endpoints()[leader]);
+            let who = flavor.name();
+            let one = |fam: &str, sample: &str| {
+                f.get(fam)
+                    .unwrap_or_else(|| panic!("{who}: {fam} missing"))
+                    .value(sample, &[])
+            };
+            assert!(
+                one(
+                    "etcd_network_peer_sent_bytes_total",
+                    "etcd_network_peer_sent_bytes_total"
+                ) > 0.0,
+                "{who}"
+            );
+            assert!(
+                one(
+                    "etcd_network_peer_received_bytes_total",
+                    "etcd_network_peer_received_bytes_total"
+                ) > 0.0,
+                "{who}"
+            );
+            assert!(
+                one(
+                    "etcd_network_peer_sent_failures_total",
+                    "etcd_network_peer_sent_failures_total"
+                ) > 0.0,
+                "{who}"
+            );
+            assert!(
+                one(
+                    "etcd_network_disconnected_peers_total",
+                    "etcd_network_disconnected_peers_total"
+                ) >= 1.0,
+                "{who}"
+            );
+            assert_eq!(
+                one("etcd_network_active_peers", "etcd_network_active_peers"),
+                1.0,
+                "{who}: one peer left up"
+            );
+            assert!(
+                one(
+                    "etcd_network_peer_round_trip_time_seconds",
+                    "etcd_network_peer_round_trip_time_seconds_count"
+                ) >= 1.0,
+                "{who}: no round trip measured"
+            );
+            scrapes.insert(who, f);
+        }
+        if let (Some(etcd), Some(ours)) = (scrapes.get("etcd"), scrapes.get("retcd")) {
+            let diffs = compare(PEER_FAMILIES, etcd, ours);
+            assert!(
+                diffs.is_empty(),
+                "peer families differ:\n{}",
+                diffs.join("\n")
+            );
+        }
+    })
+    .await;
+}

@@ -296,6 +296,12 @@ impl KvStore {
         range::fetch(&table, req, plan)
     }
 
+    /// Keys in the index: every key with a history not yet compacted
+    /// away (a deleted key counts until a compaction drops it).
+    pub fn indexed_keys(&self) -> usize {
+        self.index.read().len()
+    }
+
     /// The revision of the last committed change (1 for an empty store).
     pub fn current_revision(&self) -> i64 {
         self.published.read().rev

@@ -12,6 +12,7 @@ use tokio_stream::StreamExt;
 
 pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     cfg.validate().map_err(anyhow::Error::msg)?;
+    crate::metrics::set_extensive(cfg.metrics == "extensive");
     if !(4..=31).contains(&cfg.bcrypt_cost) {
         // As etcd: warn and use the default.
         tracing::warn!(
@@ -105,6 +106,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
+    // the client port's gRPC metrics (after `metrics::set_extensive`)
+    crate::api::grpc_metrics::init();
     let services = crate::api::grpc::client_services(&server);
 
     // --listen-metrics-urls: served at once, so probes see the member
@@ -147,7 +150,9 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
                 .layer(axum::middleware::from_fn_with_state(
                     server.clone(),
                     crate::api::client_guard,
-                ));
+                ))
+                // outermost: counts what the guard refuses too
+                .layer(axum::middleware::from_fn(crate::api::grpc_metrics::layer));
         }
         if !grpc || !http_apart {
             router = router.merge(crate::api::http::router(server.clone()));

@@ -16,65 +16,6 @@ use std::sync::Arc;
 
 type S = State<Arc<EtcdServer>>;
 
-/// etcd's health metrics (`etcd_server_health_*`, and 3.5.11+'s
-/// `etcd_server_healthcheck*`), registered once with the server's
-/// registry.
-struct HealthMetrics {
-    success: prometheus::IntCounter,
-    failures: prometheus::IntCounter,
-    gauge: prometheus::IntGaugeVec,
-    total: prometheus::IntCounterVec,
-}
-
-impl HealthMetrics {
-    fn check(&self, kind: &str, name: &str, ok: bool) {
-        self.gauge.with_label_values(&[kind, name]).set(ok as i64);
-        let status = if ok { "success" } else { "error" };
-        self.total.with_label_values(&[kind, name, status]).inc();
-    }
-}
-
-fn health_metrics(s: &EtcdServer) -> &'static HealthMetrics {
-    static M: std::sync::OnceLock<HealthMetrics> = std::sync::OnceLock::new();
-    M.get_or_init(|| {
-        let opts = |n: &str, h: &str| {
-            prometheus::Opts::new(n, h)
-                .namespace("etcd")
-                .subsystem("server")
-        };
-        let m = HealthMetrics {
-            success: prometheus::IntCounter::with_opts(opts(
-                "health_success",
-                "The total number of successful health checks",
-            ))
-            .expect("valid counter"),
-            failures: prometheus::IntCounter::with_opts(opts(
-                "health_failures",
-                "The total number of failed health checks",
-            ))
-            .expect("valid counter"),
-            gauge: prometheus::IntGaugeVec::new(
-                opts("healthcheck", "The result of each kind of healthcheck."),
-                &["type", "name"],
-            )
-            .expect("valid gauge"),
-            total: prometheus::IntCounterVec::new(
-                opts(
-                    "healthchecks_total",
-                    "The total number of each kind of healthcheck.",
-                ),
-                &["type", "name", "status"],
-            )
-            .expect("valid counter"),
-        };
-        s.metrics().register(Box::new(m.success.clone()));
-        s.metrics().register(Box::new(m.failures.clone()));
-        s.metrics().register(Box::new(m.gauge.clone()));
-        s.metrics().register(Box::new(m.total.clone()));
-        m
-    })
-}
-
 /// The client URLs' endpoints.
 pub fn router(server: Arc<EtcdServer>) -> Router {
     health_routes()
@@ -193,11 +134,11 @@ async fn health(State(s): S, method: Method, q: RawQuery) -> Response {
     let reason = health_reason(&s, &excluded, serializable).await;
     match reason {
         None => {
-            health_metrics(&s).success.inc();
+            crate::metrics::global().health_success.inc();
             (StatusCode::OK, r#"{"health":"true","reason":""}"#).into_response()
         }
         Some(reason) => {
-            health_metrics(&s).failures.inc();
+            crate::metrics::global().health_failures.inc();
             let body = serde_json::json!({"health": "false", "reason": reason}).to_string();
             tracing::warn!(output = %body, status_code = 503, "/health error");
             (StatusCode::SERVICE_UNAVAILABLE, plain(format!("{body}\n"))).into_response()
@@ -318,11 +259,11 @@ async fn probe(
         }
         match run_check(&s, c).await {
             Ok(()) => {
-                health_metrics(&s).check(kind, c, true);
+                crate::metrics::global().healthcheck(kind, c, true);
                 lines.push_str(&format!("[+]{c} ok\n"));
             }
             Err(e) => {
-                health_metrics(&s).check(kind, c, false);
+                crate::metrics::global().healthcheck(kind, c, false);
                 failed = true;
                 lines.push_str(&format!("[-]{c} failed: {e}\n"));
             }

@@ -7,6 +7,7 @@
 pub mod error_map;
 pub mod gateway;
 pub mod grpc;
+pub mod grpc_metrics;
 pub mod h2_authority;
 pub mod http;
 pub mod peer;

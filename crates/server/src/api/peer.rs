@@ -110,8 +110,18 @@ impl RaftPeer for PeerService {
         };
         let mut stream = request.into_inner();
         let mut reassembly = Reassembly::default();
+        let pm = crate::metrics::global().peer_recv(from);
         while let Some(batch) = stream.next().await {
-            let batch = batch?;
+            let batch = match batch {
+                Ok(b) => b,
+                Err(e) => {
+                    pm.failed();
+                    return Err(e);
+                }
+            };
+            pm.received_bytes.inc_by(
+                (batch.msgs.iter().map(|m| m.len()).sum::<usize>() + batch.fragment.len()) as u64,
+            );
             // members removed while the stream is open are refused too
             if self.server.transport().is_removed(from) {
                 return Err(to_status(ServerError::RemovedMember));
@@ -132,6 +142,7 @@ impl RaftPeer for PeerService {
                 match Message::parse_from_bytes(&bytes) {
                     Ok(m) => self.step(from, m)?,
                     Err(e) => {
+                        pm.failed();
                         tracing::warn!(from = %Hex(from), error = %e, "undecodable raft message from peer")
                     }
                 }

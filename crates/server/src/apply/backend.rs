@@ -27,37 +27,53 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
             let res = batch.put(&r, lessor);
             if res.is_ok() {
                 attach_put(lessor, &r);
+                crate::metrics::global().count_put(r.key.len(), r.value.len());
             }
             res.map(ApplyResult::Put)
         }
-        Request::DeleteRange(r) => batch.delete_range(&r).map(ApplyResult::DeleteRange),
+        Request::DeleteRange(r) => {
+            crate::metrics::global().count_delete();
+            batch.delete_range(&r).map(ApplyResult::DeleteRange)
+        }
         Request::Txn(r) => {
             let res = batch.txn(&r, lessor);
             if let Ok(resp) = &res {
                 attach_txn(lessor, &r, resp);
+                crate::metrics::global().count_txn(&r, resp.succeeded);
             }
             res.map(ApplyResult::Txn)
         }
         Request::Compaction(r) => batch
             .compact(r.revision, r.physical)
             .map(ApplyResult::Compaction),
-        Request::Range(r) => batch.range(&r).map(ApplyResult::Range),
+        Request::Range(r) => {
+            crate::metrics::global().count_ranges(1);
+            batch.range(&r).map(ApplyResult::Range)
+        }
         Request::LeaseGrant(r) => {
             return match lessor.grant(batch.backend_txn(), r.id, r.ttl) {
-                Ok(ttl) => ApplyResult::LeaseGrant(LeaseGrantResponse {
-                    header: batch_header(batch),
-                    id: r.id,
-                    ttl,
-                    error: String::new(),
-                }),
+                Ok(ttl) => {
+                    let m = crate::metrics::global();
+                    m.lease_granted.inc();
+                    m.lease_ttl.observe(ttl as f64);
+                    ApplyResult::LeaseGrant(LeaseGrantResponse {
+                        header: batch_header(batch),
+                        id: r.id,
+                        ttl,
+                        error: String::new(),
+                    })
+                }
                 Err(e) => ApplyResult::Err(e.into()),
             }
         }
         Request::LeaseRevoke(r) => {
             return match lessor.revoke(batch, r.id) {
-                Ok(()) => ApplyResult::LeaseRevoke(LeaseRevokeResponse {
-                    header: batch_header(batch),
-                }),
+                Ok(()) => {
+                    crate::metrics::global().lease_revoked.inc();
+                    ApplyResult::LeaseRevoke(LeaseRevokeResponse {
+                        header: batch_header(batch),
+                    })
+                }
                 Err(e) => ApplyResult::Err(e.into()),
             }
         }

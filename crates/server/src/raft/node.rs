@@ -71,7 +71,7 @@ pub struct RaftNode {
     pub status: Arc<RaftStatus>,
     /// Requests waiting for this thread (the lone-request wait policy).
     pub contention: Arc<Contention>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: &'static Metrics,
     pub transport: Transport,
     pub rx: RaftReceiver,
     pub cfg: RaftNodeConfig,
@@ -141,8 +141,9 @@ impl RaftNode {
                 }
             }
             turn.reads.issue(&mut self.raw);
-            let failed = turn.reads.retry(&mut self.raw);
+            let (failed, again) = turn.reads.retry(&mut self.raw);
             self.metrics.read_indexes_failed.inc_by(failed);
+            self.metrics.slow_read_indexes.inc_by(failed + again);
             self.maybe_raise_nospace(&mut turn);
             if self.raw.has_ready() {
                 let applied = self.on_ready(&mut turn);
@@ -383,6 +384,9 @@ impl RaftNode {
             // index is written without an fsync (commit is volatile in
             // raft; restart copes with a stale one)
             let must_sync = rd.must_sync() && !self.cfg.unsafe_no_fsync;
+            let written: usize = wal_entries.iter().map(|e| e.data.len()).sum::<usize>()
+                + hs_bytes.as_ref().map_or(0, |h| h.len());
+            self.metrics.wal_write_bytes.add(written as i64);
             let started = Instant::now();
             fp::point("raft_before_save_wal");
             if let Err(e) =
@@ -603,10 +607,15 @@ impl RaftNode {
             "applying snapshot from leader"
         );
         fp::point("raft_before_apply_snapshot");
+        self.metrics.snapshot_apply_in_progress.set(1);
         let kv = &self.applier.kv;
+        let started = Instant::now();
         if let Err(e) = kv.restore_from(&snap.data) {
             fatal(&format!("failed to restore snapshot: {e}"));
         }
+        self.metrics
+            .snap_db_save_total
+            .observe(started.elapsed().as_secs_f64());
         match membership::load(kv.backend()) {
             Ok(m) if !m.is_empty() => {
                 // A member that joined learns its peers here.
@@ -624,6 +633,7 @@ impl RaftNode {
             .get_conf_state()
             .write_to_bytes()
             .expect("encode conf state");
+        let started = Instant::now();
         if let Err(e) = self.wal.save_snapshot(&WalSnapshot {
             index: meta.index,
             term: meta.term,
@@ -631,12 +641,16 @@ impl RaftNode {
         }) {
             fatal(&format!("failed to save snapshot record to the WAL: {e}"));
         }
+        self.metrics
+            .snap_fsync
+            .observe(started.elapsed().as_secs_f64());
         self.snapshot_index = meta.index;
         self.status.set_applied(meta.index);
         self.storage.apply_snapshot_meta(meta);
         if let Err(e) = self.applier.after_restore() {
             fatal(&format!("{e:#}"));
         }
+        self.metrics.snapshot_apply_in_progress.set(0);
         fp::point("raft_after_apply_snapshot");
     }
 
@@ -649,13 +663,19 @@ impl RaftNode {
             self.trim_memory_log(applied);
             return;
         }
+        let save_started = Instant::now();
         self.commit_durable();
         fp::point("raft_before_save_snapshot");
+        let started = Instant::now();
         let payload = self
             .storage
             .conf_state()
             .write_to_bytes()
             .expect("encode conf state");
+        self.metrics
+            .snap_save_marshalling
+            .observe(started.elapsed().as_secs_f64());
+        let started = Instant::now();
         if let Err(e) = self.wal.save_snapshot(&WalSnapshot {
             index: applied,
             term,
@@ -663,6 +683,10 @@ impl RaftNode {
         }) {
             fatal(&format!("failed to save snapshot record to the WAL: {e}"));
         }
+        let m = self.metrics;
+        m.snap_fsync.observe(started.elapsed().as_secs_f64());
+        m.snap_save_total
+            .observe(save_started.elapsed().as_secs_f64());
         self.snapshot_index = applied;
         fp::point("raft_after_save_snapshot");
         if let Err(e) = self.wal.release_to(applied) {

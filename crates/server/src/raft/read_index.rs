@@ -65,15 +65,18 @@ impl Reads {
     }
 
     /// Sends unanswered ReadIndex requests again; fails very old ones.
-    /// Returns how many were given up.
-    pub(super) fn retry(&mut self, raw: &mut RawNode<RaftStorage>) -> u64 {
+    /// Returns how many were given up and how many were sent again (etcd's
+    /// slow read indexes).
+    pub(super) fn retry(&mut self, raw: &mut RawNode<RaftStorage>) -> (u64, u64) {
         let now = Instant::now();
         let mut give_up = Vec::new();
+        let mut again = 0;
         for (ctx, r) in self.inflight.iter_mut() {
             if now.duration_since(r.first_sent) >= READ_INDEX_GIVE_UP {
                 give_up.push(*ctx);
             } else if now.duration_since(r.last_sent) >= READ_INDEX_RETRY {
                 r.last_sent = now;
+                again += 1;
                 raw.read_index(ctx.to_be_bytes().to_vec());
             }
         }
@@ -84,7 +87,7 @@ impl Reads {
                 }
             }
         }
-        give_up.len() as u64
+        (give_up.len() as u64, again)
     }
 
     /// The read states of a Ready: their reads now wait for the index.

@@ -15,8 +15,9 @@ use parking_lot::RwLock;
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
-use retcd_api::retcdpb::{Member, RaftBatch};
+use retcd_api::retcdpb::{Member, MembersRequest, RaftBatch};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc as tmpsc;
@@ -144,7 +145,13 @@ impl Transport {
             let to = m.to;
             let is_snap = m.get_msg_type() == MessageType::MsgSnapshot;
             let Some(q) = peers.get(&to) else { continue };
+            let heartbeat = m.get_msg_type() == MessageType::MsgHeartbeat;
             if q.try_send(m).is_err() {
+                let metrics = crate::metrics::global();
+                metrics.peer_send_failed(to);
+                if heartbeat {
+                    metrics.heartbeat_send_failures.inc();
+                }
                 let _ = self.inner.raft.send(RaftInput::Unreachable(to));
                 if is_snap {
                     let _ = self.inner.raft.send(RaftInput::SnapshotReport(to, false));
@@ -161,6 +168,12 @@ async fn peer_sender(
     inner: Arc<Inner>,
 ) {
     let (self_id, raft) = (inner.self_id, inner.raft.clone());
+    // `etcd_network_active_peers` follows what this task saw (up once per
+    // connected stream, down when it breaks or the task ends)
+    let pm = Counted(
+        crate::metrics::global().peer(self_id, to),
+        AtomicBool::new(false),
+    );
     let set_active = |up: bool| {
         let mut a = inner.active.write();
         if !up {
@@ -168,6 +181,7 @@ async fn peer_sender(
         } else if inner.peers.read().contains_key(&to) {
             a.entry(to).or_insert_with(Instant::now);
         }
+        pm.set(up);
     };
     if urls.is_empty() {
         // (MemberAdd and MemberUpdate refuse an empty URL list; a member
@@ -203,7 +217,10 @@ async fn peer_sender(
                 let mut had_snapshot = false;
                 loop {
                     match rx.try_recv() {
-                        Ok(m) => had_snapshot |= m.get_msg_type() == MessageType::MsgSnapshot,
+                        Ok(m) => {
+                            pm.0.send_failed(1);
+                            had_snapshot |= m.get_msg_type() == MessageType::MsgSnapshot
+                        }
                         // The peer was removed: stop.
                         Err(tmpsc::error::TryRecvError::Disconnected) => return,
                         Err(tmpsc::error::TryRecvError::Empty) => break,
@@ -217,6 +234,10 @@ async fn peer_sender(
                 continue;
             }
         };
+        let _probe = AbortOnDrop(tokio::spawn(probe_rtt(
+            RaftPeerClient::new(channel.clone()),
+            pm.0.rtt.clone(),
+        )));
         let mut client = RaftPeerClient::new(channel)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
@@ -256,10 +277,14 @@ async fn peer_sender(
                         if b.msgs.is_empty() && b.fragment.is_empty() {
                             continue;
                         }
+                        let n = b.msgs.iter().map(|m| m.len()).sum::<usize>() + b.fragment.len();
+                        let count = b.msgs.len().max(1) as u64;
                         if btx.send(b).await.is_err() {
+                            pm.0.send_failed(count);
                             ok = false;
                             break;
                         }
+                        pm.0.sent_bytes.inc_by(n as u64);
                     }
                     for s in snaps {
                         let _ = raft.send(RaftInput::SnapshotReport(s, ok));
@@ -282,6 +307,55 @@ async fn peer_sender(
                     continue 'reconnect;
                 }
             }
+        }
+    }
+}
+
+/// A peer's metrics and whether it is counted active now.
+struct Counted(crate::metrics::PeerMetrics, AtomicBool);
+
+impl Counted {
+    fn set(&self, up: bool) {
+        if self.1.swap(up, Ordering::Relaxed) != up {
+            if up {
+                self.0.activated();
+            } else {
+                self.0.deactivated();
+            }
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
+/// Ends a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How often the round trip to a connected peer is measured (etcd probes
+/// every 5 s while a peer is unhealthy, 30 s otherwise).
+const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Measures the round trip of a small call (`Members`) to the peer into
+/// `etcd_network_peer_round_trip_time_seconds`, as etcd's prober does.
+async fn probe_rtt(
+    mut client: RaftPeerClient<tonic::transport::Channel>,
+    rtt: prometheus::Histogram,
+) {
+    loop {
+        tokio::time::sleep(PROBE_INTERVAL).await;
+        let started = Instant::now();
+        if client.members(MembersRequest {}).await.is_ok() {
+            rtt.observe(started.elapsed().as_secs_f64());
         }
     }
 }

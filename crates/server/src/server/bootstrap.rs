@@ -61,14 +61,14 @@ impl EtcdServer {
             Backend::open(&cfg.backend_path())
                 .map_err(|e| anyhow::anyhow!("cannot open backend: {e}"))?,
         );
-        let metrics = Arc::new(Metrics::new());
+        let metrics: &'static Metrics = crate::metrics::global();
         let kv = Arc::new(
             KvStore::open_with(
                 backend.clone(),
                 retcd_mvcc::CompactionConfig {
                     batch_limit: cfg.experimental_compaction_batch_limit,
                     sleep_interval: cfg.experimental_compaction_sleep_interval,
-                    observer: Some(Arc::new(crate::metrics::CompactionMetrics::of(&metrics))),
+                    observer: Some(Arc::new(crate::metrics::CompactionMetrics::of(metrics))),
                 },
             )
             .map_err(|e| anyhow::anyhow!("cannot open mvcc store: {e}"))?,
@@ -205,7 +205,7 @@ impl EtcdServer {
             wait: wait.clone(),
             status: status.clone(),
             contention: contention.clone(),
-            metrics: metrics.clone(),
+            metrics,
             transport: transport.clone(),
             rx: raft_rx,
             cfg: RaftNodeConfig {
@@ -253,6 +253,10 @@ impl EtcdServer {
             published: tokio::sync::watch::Sender::new(false),
             cfg,
         });
+        metrics.set_server_id(server.member_id);
+        metrics
+            .quota_backend_bytes
+            .set(server.cfg.quota_bytes() as i64);
         tokio::spawn(cluster::publish(server.clone()));
         tokio::spawn(lease::run_lessor(server.clone()));
         compactor::start(&server)?;

@@ -179,6 +179,17 @@ impl EtcdServer {
 
     /// MemberPromote on this member; `NotLeader` when it is not the leader.
     async fn promote_here(&self, id: u64) -> Result<Vec<Member>, ServerError> {
+        let r = self.promote_here_uncounted(id).await;
+        // etcd counts the promotions the leader handled
+        match &r {
+            Ok(_) => self.metrics.learner_promote_successes.inc(),
+            Err(ServerError::NotLeader) => {}
+            Err(e) => self.metrics.learner_promote_failed(&e.to_string()),
+        }
+        r
+    }
+
+    async fn promote_here_uncounted(&self, id: u64) -> Result<Vec<Member>, ServerError> {
         self.may_promote_member(id).await?;
         let ctx = ConfChangeContext {
             member: Some(Member {

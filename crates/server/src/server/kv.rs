@@ -39,6 +39,10 @@ impl EtcdServer {
         let who = self.who(creds)?;
         self.auth
             .check_range(who.as_ref(), &req.key, &req.range_end)?;
+        let m = self.metrics;
+        m.count_ranges(1);
+        m.db_open_read_transactions.inc();
+        let _open = scopeguard(|| m.db_open_read_transactions.dec());
         let small = req.range_end.is_empty()
             || req.count_only
             || (req.limit > 0 && req.limit <= INLINE_RANGE_LIMIT);
@@ -104,6 +108,10 @@ impl EtcdServer {
             if self.auth.is_enabled() {
                 crate::apply::check_txn(&self.auth, &self.lessor, who.as_ref(), &req)?;
             }
+            let m = self.metrics;
+            m.count_txn(&req, true);
+            m.db_open_read_transactions.inc();
+            let _open = scopeguard(|| m.db_open_read_transactions.dec());
             let mut resp = self.kv.read_txn(&req)?;
             self.fill(&mut resp.header);
             return Ok(resp);
@@ -160,4 +168,18 @@ impl EtcdServer {
         }
         Err(ServerError::NoSpace)
     }
+}
+
+/// Runs `f` when dropped (an open-read gauge going back down on every
+/// return path).
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f()
+            }
+        }
+    }
+    Guard(Some(f))
 }

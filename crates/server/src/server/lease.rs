@@ -117,7 +117,10 @@ pub async fn renew_on_leader(lessor: &Lessor, id: i64) -> Result<i64, LeaseError
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match lessor.renew(id) {
-            Ok(r) => return Ok(r.ttl),
+            Ok(r) => {
+                crate::metrics::global().lease_renewed.inc();
+                return Ok(r.ttl);
+            }
             Err(LeaseError::Expired) if Instant::now() < deadline => {
                 tokio::time::sleep(RETRY).await
             }
@@ -358,6 +361,7 @@ pub async fn run_lessor(server: Arc<EtcdServer>) {
                     .await
                 {
                     Ok(_) => {
+                        crate::metrics::global().lease_expired.inc();
                         tracing::debug!(lease = %format!("{id:016x}"), "revoked expired lease")
                     }
                     Err(e) => {

@@ -166,6 +166,8 @@ impl EtcdServer {
         m.db_total_size_in_use
             .set(self.backend.size_in_use() as i64);
         m.current_revision.set(self.kv.current_revision());
+        m.keys_total.set(self.kv.indexed_keys() as i64);
+        m.is_learner.set(self.is_learner() as i64);
         m.compact_revision.set(self.kv.compact_revision());
         let (streams, watchers, slow) = self.watch.gauges();
         m.watch_streams.set(streams as i64);
@@ -178,9 +180,14 @@ impl EtcdServer {
     pub async fn defragment(&self, creds: &Credentials) -> Result<(), ServerError> {
         self.check_admin_raw(creds)?;
         let kv = self.kv.clone();
-        let stats = tokio::task::spawn_blocking(move || kv.defrag())
-            .await
-            .map_err(|e| ServerError::internal_from("retcd: defrag task failed", e))??;
+        let m = self.metrics;
+        m.defrag_inflight.set(1);
+        let started = std::time::Instant::now();
+        let stats = tokio::task::spawn_blocking(move || kv.defrag()).await;
+        m.defrag_inflight.set(0);
+        m.backend_defrag.observe(started.elapsed().as_secs_f64());
+        let stats =
+            stats.map_err(|e| ServerError::internal_from("retcd: defrag task failed", e))??;
         self.metrics.db_total_size.set(stats.size_after as i64);
         Ok(())
     }
@@ -188,9 +195,12 @@ impl EtcdServer {
     pub async fn hash(&self, creds: &Credentials) -> Result<HashResponse, ServerError> {
         self.check_admin_raw(creds)?;
         let kv = self.kv.clone();
-        let hash = tokio::task::spawn_blocking(move || kv.hash())
-            .await
-            .map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
+        let started = std::time::Instant::now();
+        let hash = tokio::task::spawn_blocking(move || kv.hash()).await;
+        self.metrics
+            .hash_duration
+            .observe(started.elapsed().as_secs_f64());
+        let hash = hash.map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
         Ok(HashResponse {
             header: self.current_header(),
             hash,
@@ -225,9 +235,13 @@ impl EtcdServer {
         revision: i64,
     ) -> Result<(u32, i64, i64), ServerError> {
         let kv = self.kv.clone();
-        let (hash, compact, rev) = tokio::task::spawn_blocking(move || kv.hash_kv(revision))
-            .await
-            .map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
+        let started = std::time::Instant::now();
+        let r = tokio::task::spawn_blocking(move || kv.hash_kv(revision)).await;
+        self.metrics
+            .hash_rev_duration
+            .observe(started.elapsed().as_secs_f64());
+        let (hash, compact, rev) =
+            r.map_err(|e| ServerError::internal_from("retcd: hash task failed", e))??;
         Ok((crate::failpoints::hash_kv(hash), compact, rev))
     }
 

@@ -63,7 +63,7 @@ pub struct EtcdServer {
     alarms: Arc<AlarmStore>,
     auth: Arc<AuthStore>,
     members: Arc<Members>,
-    metrics: Arc<Metrics>,
+    metrics: &'static Metrics,
     /// The peer transport (membership checks read its peers' activity).
     transport: Transport,
     dialer: Dialer,
@@ -127,7 +127,7 @@ impl EtcdServer {
     }
 
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        self.metrics
     }
 
     pub fn current_revision(&self) -> i64 {

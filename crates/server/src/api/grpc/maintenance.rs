@@ -129,6 +129,7 @@ impl Maintenance for MaintenanceService {
         let header = self.server.header(dump.revision);
         let (tx, rx) = mpsc::channel(8);
         tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             // etcd's clients expect the data before the hash to be a
             // multiple of 512 bytes (a bolt file is): pad with zeros.
             let total = match dump.size() {
@@ -169,6 +170,9 @@ impl Maintenance for MaintenanceService {
                 remaining_bytes: 0,
                 blob: sha,
             }));
+            crate::metrics::global()
+                .backend_snapshot
+                .observe(started.elapsed().as_secs_f64());
             tracing::info!(
                 revision = dump.revision,
                 bytes = total,

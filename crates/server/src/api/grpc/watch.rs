@@ -394,6 +394,9 @@ impl Stream for ResponseStream {
         };
         let rev = r.resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
         r.resp.header = Some(this.server.header(rev));
+        crate::metrics::global()
+            .events_total
+            .inc_by(r.event_count() as u64);
         if r.event_count() > 1
             && r.encoded_len() >= this.max
             && this.fragmenting.lock().contains(&r.resp.watch_id)
