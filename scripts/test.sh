@@ -67,6 +67,18 @@ if { [ -z "${ETCDCTL35_BIN:-}" ] || [ -z "${ETCD351_BIN:-}" ]; } \
     fi
 fi
 
+# The application tests (tests/tests/apps.rs): Patroni with PostgreSQL,
+# and tooz over etcd3gw, all Debian's (run by Debian's /usr/bin/python3).
+need_apps=0
+for f in /usr/bin/patroni /usr/lib/postgresql/15/bin/postgres \
+    /usr/lib/python3/dist-packages/tooz /usr/lib/python3/dist-packages/etcd3gw; do
+    [ -e "$f" ] || need_apps=1
+done
+if [ "$need_apps" = 1 ]; then
+    echo "test.sh: installing patroni, postgresql, python3-tooz, python3-etcd3gw"
+    apt_install patroni postgresql python3-tooz python3-etcd3gw
+fi
+
 # The integration tests start the retcd binary built here.
 cargo build --workspace --bins
 target_dir="${CARGO_TARGET_DIR:-target}"

@@ -22,9 +22,10 @@ use super::grpc::{auth, cluster, election, kv, lease, lock, maintenance, ClientS
 use crate::error::ServerError;
 use crate::server::EtcdServer;
 use axum::body::Bytes;
+use axum::http::Method;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::any;
 use axum::Router;
 use retcd_api::etcdserverpb::auth_server::Auth;
 use retcd_api::etcdserverpb::cluster_server::Cluster;
@@ -95,6 +96,12 @@ fn error(status: &Status) -> Response {
     (http_status(status.code()), axum::Json(body)).into_response()
 }
 
+/// The header grpc-gateway adds from the gRPC response's header metadata
+/// (`Grpc-Metadata-` + the gRPC `content-type`), on every answer that got
+/// as far as the server's headers: unary successes and streams whose
+/// server sent a message.
+const GRPC_METADATA_CT: (&str, &str) = ("grpc-metadata-content-type", "application/grpc");
+
 /// Decodes the body (empty = the default request), runs `call` with the
 /// `Authorization` header as the `token` metadata, encodes the answer.
 async fn unary<Req, Resp, F, Fut>(headers: HeaderMap, body: Bytes, call: F) -> Response
@@ -113,50 +120,98 @@ where
         }
     };
     match call(with_token(&headers, req)).await {
-        Ok(resp) => axum::Json(resp.into_inner()).into_response(),
+        Ok(resp) => ([GRPC_METADATA_CT], axum::Json(resp.into_inner())).into_response(),
         Err(status) => error(&status),
     }
 }
 
-/// The requests in `body`: JSON objects one after another (none if empty).
-fn requests<Req: DeserializeOwned>(body: &Bytes) -> Result<Vec<Req>, Status> {
-    serde_json::Deserializer::from_slice(body)
-        .into_iter::<Req>()
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| to_status(ServerError::BadRequestBody(e.to_string())))
+/// The requests of a client-streaming body, as grpc-gateway's generated
+/// bidi handlers decode them: JSON objects one after another, sent until
+/// the body ends or one does not decode. Only a first object that does not
+/// decode is an error (grpc-gateway answers it 500, code Unknown, before
+/// the call); a later one silently ends the requests.
+fn stream_requests<Req: DeserializeOwned>(body: &Bytes) -> Result<Vec<Req>, Status> {
+    let mut out = Vec::new();
+    for r in serde_json::Deserializer::from_slice(body).into_iter::<Req>() {
+        match r {
+            Ok(r) => out.push(r),
+            Err(e) if out.is_empty() => return Err(Status::unknown(e.to_string())),
+            Err(_) => break,
+        }
+    }
+    Ok(out)
 }
 
-/// A streaming call's answer: each message as a `{"result": ...}` line; an
-/// error ends the stream with grpc-gateway's `{"error": ...}` line.
-fn stream_body<Resp, S>(inbound: S, keep: impl Send + Sync + 'static) -> Response
+/// One streamed message as grpc-gateway v1.16 writes it: the marshalled
+/// `{"result": ...}`, then the `\n` delimiter, flushed together (one HTTP
+/// chunk).
+fn result_chunk<Resp: Serialize>(m: &Resp) -> Bytes {
+    let mut v = b"{\"result\":".to_vec();
+    if serde_json::to_writer(&mut v, m).is_err() {
+        v.extend_from_slice(b"{}");
+    }
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
+}
+
+/// grpc-gateway v1.16's stream error (`handleForwardResponseStreamError`):
+/// the `StreamError` message under `"error"`, with no delimiter after it;
+/// the stream ends there.
+fn error_chunk(s: &Status) -> Bytes {
+    let http = http_status(s.code());
+    let text = |t: &str| serde_json::to_string(t).unwrap_or_default();
+    Bytes::from(format!(
+        "{{\"error\":{{\"grpc_code\":{},\"http_code\":{},\"message\":{},\"http_status\":{},\"details\":[]}}}}",
+        s.code() as i32,
+        http.as_u16(),
+        text(s.message()),
+        text(http.canonical_reason().unwrap_or_default()),
+    ))
+}
+
+/// A streaming call's answer, as grpc-gateway's `ForwardResponseStream`:
+/// nothing is written before the first message (Go writes the headers
+/// with the first flush), then `200`, chunked, one chunk per message. A
+/// stream that ends before any message is an empty chunked `200`; one that
+/// fails before any message is answered as a unary error (the gateway's
+/// `stream.Header()` returns the status); a later failure ends the stream
+/// with [`error_chunk`]. `sent_requests`: whether the body held a request,
+/// i.e. whether the gateway waited for the server's header metadata
+/// (`Grpc-Metadata-Content-Type`).
+async fn stream_body<Resp, S>(mut inbound: S, sent_requests: bool) -> Response
 where
-    Resp: Serialize,
-    S: tokio_stream::Stream<Item = Result<Resp, Status>> + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    S: tokio_stream::Stream<Item = Result<Resp, Status>> + Send + Unpin + 'static,
 {
-    use tokio_stream::StreamExt;
-    let lines = inbound.map(move |r| {
-        let _keep = &keep;
-        let line = match r {
-            Ok(m) => format!(
-                "{{\"result\":{}}}\n",
-                serde_json::to_string(&m).unwrap_or_default()
-            ),
-            Err(s) => format!(
-                "{{\"error\":{{\"grpc_code\":{},\"http_code\":{},\"message\":{},\"http_status\":{}}}}}\n",
-                s.code() as i32,
-                http_status(s.code()).as_u16(),
-                serde_json::to_string(s.message()).unwrap_or_default(),
-                serde_json::to_string(http_status(s.code()).canonical_reason().unwrap_or_default())
-                    .unwrap_or_default(),
-            ),
-        };
-        Ok::<_, std::convert::Infallible>(Bytes::from(line))
+    use futures::StreamExt;
+    let first = match inbound.next().await {
+        None => None,
+        Some(Ok(m)) => Some(result_chunk(&m)),
+        Some(Err(s)) => return error(&s),
+    };
+    let with_md = sent_requests && first.is_some();
+    let rest = futures::stream::unfold(Some(inbound), |state| async move {
+        let mut inbound = state?;
+        match inbound.next().await {
+            None => None,
+            Some(Ok(m)) => Some((result_chunk(&m), Some(inbound))),
+            Some(Err(s)) => Some((error_chunk(&s), None)),
+        }
     });
-    (
+    let chunks = futures::stream::iter(first)
+        .chain(rest)
+        .map(Ok::<_, std::convert::Infallible>);
+    let mut resp = (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        axum::body::Body::from_stream(lines),
+        axum::body::Body::from_stream(chunks),
     )
-        .into_response()
+        .into_response();
+    if with_md {
+        let (k, v) = GRPC_METADATA_CT;
+        resp.headers_mut()
+            .insert(k, axum::http::HeaderValue::from_static(v));
+    }
+    resp
 }
 
 /// `Authorization` as the `token` metadata of `req`.
@@ -180,8 +235,10 @@ fn with_token<T>(headers: &HeaderMap, req: T) -> tonic::Request<T> {
     request
 }
 
-/// A bidirectional stream: the body's requests go out, the request side
-/// stays open while the answer is read.
+/// A bidirectional stream as grpc-gateway runs it: the body's requests go
+/// out, then the request side is closed (`CloseSend` at the body's end), so
+/// a keepalive ends after its answers while a watch stays open (etcd's
+/// watch server keeps sending after the client's half-close).
 async fn bidi<Req, Resp, F, Fut>(headers: HeaderMap, body: Bytes, call: F) -> Response
 where
     Req: DeserializeOwned + Send + 'static,
@@ -189,17 +246,19 @@ where
     F: FnOnce(tonic::Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<tonic::Streaming<Resp>>, Status>>,
 {
-    let reqs = match requests::<Req>(&body) {
+    let reqs = match stream_requests::<Req>(&body) {
         Ok(r) => r,
         Err(s) => return error(&s),
     };
+    let sent_requests = !reqs.is_empty();
     let (tx, rx) = tokio::sync::mpsc::channel(reqs.len().max(1));
     for r in reqs {
         let _ = tx.try_send(r);
     }
+    drop(tx);
     let request = with_token(&headers, tokio_stream::wrappers::ReceiverStream::new(rx));
     match call(request).await {
-        Ok(resp) => stream_body(resp.into_inner(), tx),
+        Ok(resp) => stream_body(resp.into_inner(), sent_requests).await,
         Err(s) => error(&s),
     }
 }
@@ -213,9 +272,12 @@ macro_rules! routes {
                 let s = $svc.clone();
                 $router = $router.route(
                     &format!("{prefix}{}", $path),
-                    post(move |headers: HeaderMap, body: Bytes| {
+                    any(move |method: Method, headers: HeaderMap, body: Bytes| {
                         let s = s.clone();
                         async move {
+                            if method != Method::POST {
+                                return method_not_allowed();
+                            }
                             // etcd's learner rule, as for gRPC (streams get
                             // theirs below).
                             if !LEARNER_PATHS.contains(&$path) && s.kv.server.is_learner() {
@@ -307,10 +369,13 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
         let (ch, srv) = (own_stream.clone(), server.clone());
         r = r.route(
             &format!("{prefix}/watch"),
-            post(move |headers: HeaderMap, body: Bytes| {
+            any(move |method: Method, headers: HeaderMap, body: Bytes| {
                 let mut c = WatchClient::new(ch.clone());
                 let learner = srv.is_learner();
                 async move {
+                    if method != Method::POST {
+                        return method_not_allowed();
+                    }
                     if learner {
                         return error(&to_status(ServerError::NotSupportedForLearner));
                     }
@@ -321,10 +386,13 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
         let (ch, srv) = (own_stream.clone(), server.clone());
         r = r.route(
             &format!("{prefix}/lease/keepalive"),
-            post(move |headers: HeaderMap, body: Bytes| {
+            any(move |method: Method, headers: HeaderMap, body: Bytes| {
                 let mut c = LeaseClient::new(ch.clone());
                 let learner = srv.is_learner();
                 async move {
+                    if method != Method::POST {
+                        return method_not_allowed();
+                    }
                     if learner {
                         return error(&to_status(ServerError::NotSupportedForLearner));
                     }
@@ -340,33 +408,137 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
         let (ch, srv) = (own_stream.clone(), server.clone());
         r = r.route(
             &format!("{prefix}/election/observe"),
-            post(move |headers: HeaderMap, body: Bytes| {
+            any(move |method: Method, headers: HeaderMap, body: Bytes| {
                 let mut c = ElectionClient::new(ch.clone());
                 let learner = srv.is_learner();
                 async move {
+                    if method != Method::POST {
+                        return method_not_allowed();
+                    }
                     if learner {
                         return error(&to_status(ServerError::NotSupportedForLearner));
                     }
-                    let req = match requests::<LeaderRequest>(&body) {
-                        Ok(mut v) if v.len() <= 1 => v.pop().unwrap_or_default(),
-                        Ok(_) => {
-                            let e = ServerError::BadRequestBody("one request expected".into());
-                            return error(&to_status(e));
+                    // A server-streaming call: grpc-gateway decodes the first
+                    // JSON object of the body (none = the default request).
+                    let first = serde_json::Deserializer::from_slice(&body)
+                        .into_iter::<LeaderRequest>()
+                        .next();
+                    let req = match first {
+                        None => LeaderRequest::default(),
+                        Some(Ok(r)) => r,
+                        Some(Err(e)) => {
+                            return error(&to_status(ServerError::BadRequestBody(e.to_string())))
                         }
-                        Err(s) => return error(&s),
                     };
                     match c.observe(with_token(&headers, req)).await {
-                        Ok(resp) => stream_body(resp.into_inner(), ()),
+                        Ok(resp) => stream_body(resp.into_inner(), true).await,
                         Err(s) => error(&s),
                     }
                 }
             }),
         );
         // grpc-gateway answers other paths under its prefixes 404.
-        r = r.route(
-            &format!("{prefix}/{{*rest}}"),
-            axum::routing::any(|| async { (StatusCode::NOT_FOUND, "Not Found\n") }),
-        );
+        for path in [format!("{prefix}/"), format!("{prefix}/{{*rest}}")] {
+            r = r.route(
+                &path,
+                any(|| async { go_error(StatusCode::NOT_FOUND, "Not Found") }),
+            );
+        }
     }
-    r
+    r.layer(axum::middleware::from_fn(cors))
+}
+
+/// Go's `http.Error(w, text, code)`: `text` and a newline as
+/// `text/plain; charset=utf-8`, with `X-Content-Type-Options: nosniff`.
+/// grpc-gateway answers an unknown path (`Not Found`) and another method
+/// (`Method Not Allowed`, with no `Allow`) with it, Go's mux an unknown
+/// path outside the gateway (`404 page not found`).
+pub fn go_error(code: StatusCode, text: &str) -> Response {
+    (
+        code,
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; charset=utf-8",
+            ),
+            (axum::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        format!("{text}\n"),
+    )
+        .into_response()
+}
+
+/// grpc-gateway's answer to a method other than POST on an RPC's path
+/// (no `Allow` header, so the routes take any method and call this).
+fn method_not_allowed() -> Response {
+    go_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+}
+
+/// etcd's CORS handler around its HTTP (non-gRPC) client handler, with
+/// etcd's default `--cors '*'`: every answer gets the three
+/// `Access-Control-Allow-*` headers, and OPTIONS is answered `200` with an
+/// empty body whatever the path.
+pub async fn cors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut resp = if req.method() == axum::http::Method::OPTIONS {
+        StatusCode::OK.into_response()
+    } else {
+        next.run(req).await
+    };
+    add_cors_headers(resp.headers_mut());
+    resp
+}
+
+/// etcd's `addCORSHeader` for origin `*`.
+pub fn add_cors_headers(h: &mut HeaderMap) {
+    use axum::http::HeaderValue;
+    for (k, v) in [
+        (
+            "access-control-allow-methods",
+            "POST, GET, OPTIONS, PUT, DELETE",
+        ),
+        ("access-control-allow-origin", "*"),
+        (
+            "access-control-allow-headers",
+            "accept, content-type, authorization",
+        ),
+    ] {
+        h.insert(k, HeaderValue::from_static(v));
+    }
+}
+
+/// What etcd's HTTP client handler (Go's `ServeMux` behind the CORS
+/// handler) answers a request that is neither gRPC nor one of its routes:
+/// `/v3` redirects to `/v3/` (the gateway's subtree), anything else is
+/// `404 page not found`.
+pub fn not_served(method: &axum::http::Method, path: &str) -> Response {
+    use axum::http::{header, Method};
+    let mut resp = if method == Method::OPTIONS {
+        StatusCode::OK.into_response()
+    } else if path == "/v3" {
+        // Go's http.Redirect: an HTML body for GET and HEAD only.
+        let body = if method == Method::GET || method == Method::HEAD {
+            "<a href=\"/v3/\">Moved Permanently</a>.\n\n"
+        } else {
+            ""
+        };
+        let mut r = (
+            StatusCode::MOVED_PERMANENTLY,
+            [(header::LOCATION, "/v3/")],
+            body,
+        )
+            .into_response();
+        if !body.is_empty() {
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+        } else {
+            r.headers_mut().remove(header::CONTENT_TYPE);
+        }
+        r
+    } else {
+        go_error(StatusCode::NOT_FOUND, "404 page not found")
+    };
+    add_cors_headers(resp.headers_mut());
+    resp
 }

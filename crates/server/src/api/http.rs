@@ -21,6 +21,7 @@ pub fn router(server: Arc<EtcdServer>) -> Router {
     health_routes()
         .route("/version", any(version))
         .with_state(server)
+        .layer(axum::middleware::from_fn(super::gateway::cors))
 }
 
 /// The endpoints of `--listen-metrics-urls`.

@@ -47,6 +47,17 @@ pub async fn client_guard(
         crate::auth::cert::pass_cert_user(&mut req);
     }
     let path = req.uri().path();
+    // As etcd's cmux: only `application/grpc` requests reach the gRPC
+    // server; anything else that no HTTP route took (the gateway's and
+    // `http`'s are merged outside this guard) is answered as etcd's HTTP
+    // handler answers a path it does not serve.
+    let is_grpc = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if !is_grpc {
+        return gateway::not_served(req.method(), path);
+    }
     let grpc = GRPC_PACKAGES.iter().any(|p| path.starts_with(p));
     let allowed = matches!(
         path,
