@@ -52,8 +52,14 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         max_learners = cfg.max_learners,
         "starting an etcd server"
     );
+    if cfg.enable_pprof {
+        tracing::info!(path = "/debug/pprof", "pprof is enabled");
+    }
     let tls = crate::tls::Tls::from_config(&cfg)?;
+    // Clients are stopped first; peers (and raft) keep running while they
+    // drain and while a leader hands leadership over, as etcd does.
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (peer_stop_tx, peer_stop_rx) = watch::channel(false);
 
     // Peer listeners first: peers may dial us as soon as raft starts (the
     // kernel queues their connections until the peer service is served,
@@ -78,11 +84,12 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     };
 
     let mut tasks = Vec::new();
+    let mut peer_tasks = Vec::new();
     let peer_san_check = tls.peer_san_check;
     for (l, acceptor) in peer_listeners {
         let svc = crate::api::peer::service(server.clone());
-        let mut rx = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
+        let mut rx = peer_stop_rx.clone();
+        peer_tasks.push(tokio::spawn(async move {
             let builder = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .add_service(svc);
@@ -220,9 +227,22 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         "closing etcd server"
     );
     let _ = stop_tx.send(true);
+    // Bounded: streams that never end (watches) are cut after the grace.
+    let grace = tokio::time::sleep(std::time::Duration::from_secs(2));
+    tokio::pin!(grace);
     for t in tasks {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
+        tokio::select! {
+            _ = t => {}
+            _ = &mut grace => break,
+        }
     }
+    server.transfer_leadership_on_stop().await;
+    tracing::info!("stopping serving peer traffic");
+    let _ = peer_stop_tx.send(true);
+    for t in peer_tasks {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), t).await;
+    }
+    tracing::info!("stopped serving peer traffic");
     server.stop().await;
     tracing::info!(
         name = %cfg.name,

@@ -18,9 +18,11 @@ type S = State<Arc<EtcdServer>>;
 
 /// The client URLs' endpoints.
 pub fn router(server: Arc<EtcdServer>) -> Router {
-    health_routes()
-        .route("/version", any(version))
-        .with_state(server)
+    let mut r = health_routes().route("/version", any(version));
+    if server.cfg.enable_pprof {
+        r = r.route("/debug/pprof/profile", any(cpu_profile));
+    }
+    r.with_state(server)
         .layer(axum::middleware::from_fn(super::gateway::cors))
 }
 
@@ -298,6 +300,83 @@ async fn version(State(s): S, method: Method) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+/// `--enable-pprof`: `/debug/pprof/profile?seconds=N` (default 30, as
+/// Go's handler) samples this process's CPU at 100 Hz and answers the
+/// profile in pprof's protobuf format (`go tool pprof` and pprof read it).
+/// One profile at a time, as in Go.
+async fn cpu_profile(q: RawQuery) -> Response {
+    static BUSY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::Ordering;
+    let (_, secs) = query_values(&q.0, "seconds");
+    let secs = match secs.first().map(|s| s.parse::<u64>()) {
+        None => 30,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            return (StatusCode::BAD_REQUEST, plain("Bad Request\n".to_string())).into_response()
+        }
+    };
+    if BUSY.swap(true, Ordering::SeqCst) {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            plain("Could not enable CPU profiling: cpu profiling already in use\n".to_string()),
+        )
+            .into_response();
+    }
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            BUSY.store(false, Ordering::SeqCst);
+        }
+    }
+    let _release = Release;
+    let guard = match pprof::ProfilerGuardBuilder::default()
+        .frequency(100)
+        .blocklist(&["libc", "libgcc", "pthread", "vdso"])
+        .build()
+    {
+        Ok(g) => g,
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                plain(format!("Could not enable CPU profiling: {e}\n")),
+            )
+                .into_response()
+        }
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+    // Symbolizing is CPU work: off the runtime.
+    let built = tokio::task::spawn_blocking(move || {
+        use pprof::protos::Message;
+        let report = guard.report().build().map_err(|e| e.to_string())?;
+        let profile = report.pprof().map_err(|e| e.to_string())?;
+        Ok::<Vec<u8>, String>(profile.encode_to_vec())
+    })
+    .await;
+    match built {
+        Ok(Ok(bytes)) => (
+            [
+                (header::CONTENT_TYPE, "application/octet-stream"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"profile\"",
+                ),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Ok(Err(e)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            plain(format!("Could not build the CPU profile: {e}\n")),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            plain(format!("Could not build the CPU profile: {e}\n")),
+        )
+            .into_response(),
+    }
 }
 
 async fn metrics(State(s): S) -> Response {

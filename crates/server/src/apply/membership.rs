@@ -248,6 +248,38 @@ pub fn load(backend: &Backend) -> anyhow::Result<Vec<Member>> {
     Ok(out)
 }
 
+/// `--force-new-cluster`: the stored member list becomes this member
+/// alone, as a voter (etcd's `restartAsStandaloneNode` removes the
+/// others).
+pub fn force_single(
+    backend: &Backend,
+    members: &[Member],
+    member_id: u64,
+) -> anyhow::Result<Vec<Member>> {
+    let mut me = members
+        .iter()
+        .find(|m| m.id == member_id)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("{}", ServerError::RemovedMember))?;
+    me.is_learner = false;
+    let txn = backend.db().begin_write()?;
+    {
+        let mut table = txn.open_table(MEMBERS)?;
+        let ids: Vec<u64> = table
+            .iter()?
+            .filter_map(|e| e.ok().map(|(k, _)| k.value()))
+            .collect();
+        for id in ids {
+            if id != member_id {
+                table.remove(id)?;
+            }
+        }
+        table.insert(member_id, me.encode_to_vec().as_slice())?;
+    }
+    txn.commit()?;
+    Ok(vec![me])
+}
+
 /// Applies a publish: updates the member in memory and in the batch's
 /// backend transaction. Unknown members are ignored (removed meanwhile).
 pub fn apply_attributes(

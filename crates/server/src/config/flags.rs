@@ -167,7 +167,7 @@ pub static FLAGS: &[Flag] = &[
     f(M, "listen-peer-urls", Urls, "http://localhost:2380", "URLs to listen on for peer traffic."),
     f(M, "listen-client-urls", Urls, "http://localhost:2379", "URLs to listen on for client traffic (gRPC and HTTP)."),
     f(M, "listen-client-http-urls", Urls, "", "URLs to listen on for HTTP-only client traffic (gateway, health, metrics); --listen-client-urls then serve gRPC only."),
-    f(M, "max-snapshots", Uint, "5", "Maximum number of snapshot files to retain (0 is unlimited)."),
+    no(f(M, "max-snapshots", Uint, "5", "Maximum number of snapshot files to retain (0 is unlimited)."), "retcd's snapshots are its backend file; it writes no .snap files"),
     f(M, "max-wals", Uint, "5", "Maximum number of WAL files to retain (0 is unlimited)."),
     f(M, "quota-backend-bytes", Int64, "0", "Raise an alarm when the backend exceeds this size (0: 2 GiB)."),
     no(f(M, "backend-bbolt-freelist-type", Str, "map", "The bbolt freelist type (array or map)."), NO_BBOLT),

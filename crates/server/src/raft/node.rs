@@ -50,6 +50,8 @@ pub struct RaftNodeConfig {
     pub batch_limit: u64,
     /// `--max-learners`, checked when a learner is added.
     pub max_learners: usize,
+    /// `--max-wals`: WAL segment files kept after a snapshot (0: all).
+    pub max_wals: usize,
     /// `--unsafe-no-fsync`: the WAL is written but never fsynced.
     pub unsafe_no_fsync: bool,
     /// `--experimental-warning-apply-duration`: slower applies are logged.
@@ -689,7 +691,7 @@ impl RaftNode {
             .observe(save_started.elapsed().as_secs_f64());
         self.snapshot_index = applied;
         fp::point("raft_after_save_snapshot");
-        if let Err(e) = self.wal.release_to(applied) {
+        if let Err(e) = self.wal.release_keeping(applied, self.cfg.max_wals) {
             tracing::warn!(error = %e, "failed to release old WAL segments");
         }
         let compact_to = applied.saturating_sub(self.cfg.catchup_entries);

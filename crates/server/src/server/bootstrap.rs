@@ -74,11 +74,12 @@ impl EtcdServer {
             .map_err(|e| anyhow::anyhow!("cannot open mvcc store: {e}"))?,
         );
         let storage = RaftStorage::new(kv.clone());
+        let restarting = Wal::exists(&cfg.wal_dir());
         let Opened {
             mut wal,
             meta,
             mut snapshot_index,
-        } = if Wal::exists(&cfg.wal_dir()) {
+        } = if restarting {
             replay_wal(&cfg, &storage)?
         } else {
             create_wal(&cfg, &dialer, &kv, &storage)?
@@ -132,6 +133,38 @@ impl EtcdServer {
             // it: the configuration at the applied index is the member list
             // committed with it (kept in lockstep with raft's by apply).
             storage.set_conf_state(conf_state_of(&members));
+        }
+        if cfg.force_new_cluster && restarting {
+            // etcd's restartAsStandaloneNode: this member alone, as a
+            // voter, with its data; committed entries not yet applied are
+            // kept, uncommitted ones dropped.
+            members = membership::force_single(&backend, &members, meta.member_id)?;
+            let commit = storage.hard_state().commit;
+            let keep: Vec<Entry> = (applied + 1..=commit.min(storage.last_index_now()))
+                .filter_map(|i| {
+                    raft::Storage::entries(
+                        &storage,
+                        i,
+                        i + 1,
+                        None,
+                        raft::GetEntriesContext::empty(false),
+                    )
+                    .ok()
+                    .and_then(|mut v| v.pop())
+                })
+                .collect();
+            let m = snapshot_meta(applied, applied_term, conf_state_of(&members));
+            save_snapshot_record(&mut wal, &m)?;
+            storage.apply_snapshot_meta(m);
+            storage.append(&keep);
+            storage.set_applied(applied, applied_term);
+            snapshot_index = applied;
+            tracing::warn!(
+                local_member_id = %Hex(meta.member_id),
+                commit_index = commit,
+                kept_entries = keep.len(),
+                "forcing restart member as the only voter of a new cluster (--force-new-cluster)"
+            );
         }
 
         let raft_cfg = raft::Config {
@@ -216,6 +249,7 @@ impl EtcdServer {
                 batch_limit: cfg.backend_batch_limit,
                 max_learners: cfg.max_learners,
                 unsafe_no_fsync: cfg.unsafe_no_fsync,
+                max_wals: cfg.max_wals as usize,
                 warn_apply: cfg.experimental_warning_apply_duration,
             },
             snapshot_index,

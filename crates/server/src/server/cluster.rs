@@ -307,6 +307,32 @@ impl EtcdServer {
         Ok(())
     }
 
+    /// etcd's `Server.Stop`: a leader stopping hands leadership to the most
+    /// caught-up started voter first, so clients see a new leader within a
+    /// heartbeat or two instead of after an election timeout.
+    pub async fn transfer_leadership_on_stop(&self) {
+        if self.leader() != self.member_id {
+            return;
+        }
+        let voters = self.members().iter().filter(|m| !m.is_learner).count();
+        if voters <= 1 {
+            tracing::info!("skipped leadership transfer for single voting member cluster");
+            return;
+        }
+        tracing::info!(local_member_id = %Hex(self.member_id), "leadership transfer starting");
+        let started = Instant::now();
+        self.hand_off_leadership(self.member_id).await;
+        if self.leader() != self.member_id && self.leader() != 0 {
+            tracing::info!(
+                new_leader_id = %Hex(self.leader()),
+                took = ?started.elapsed(),
+                "leadership transfer finished"
+            );
+        } else {
+            tracing::warn!(took = ?started.elapsed(), "leadership transfer failed");
+        }
+    }
+
     /// Moves leadership away from `leader` (about to be removed) to another
     /// started voter: the most caught-up one when this member leads, else
     /// any (raft forwards the transfer request to the leader). Bounded by

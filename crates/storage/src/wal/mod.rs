@@ -487,7 +487,16 @@ impl Wal {
     /// ever saved, nothing is deleted. Purely space reclamation: call it with
     /// the index of the last saved snapshot.
     pub fn release_to(&mut self, index: u64) -> Result<()> {
+        self.release_keeping(index, 1)
+    }
+
+    /// [`Wal::release_to`], keeping at least `keep` segment files (etcd's
+    /// `--max-wals`; 0 keeps every file).
+    pub fn release_keeping(&mut self, index: u64, keep: usize) -> Result<()> {
         self.check_usable()?;
+        if keep == 0 {
+            return Ok(());
+        }
         let segs = &self.segments;
         // Without a snapshot at or below `index` the entries are the only
         // copy of the state, so nothing may go.
@@ -498,7 +507,8 @@ impl Wal {
         // Segment j holds only entries < segs[j + 1].first_index.
         let n = (0..keep_from)
             .take_while(|&j| segs[j + 1].name.first_index <= index)
-            .count();
+            .count()
+            .min(segs.len().saturating_sub(keep));
         if n == 0 {
             return Ok(());
         }
