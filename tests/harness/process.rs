@@ -72,10 +72,15 @@ impl Member {
     }
 
     /// Adds flags for the next start (e.g. one member with its own
-    /// `--quota-backend-bytes`). Flags must not repeat one already given:
-    /// retcd (clap) refuses a repeated flag.
+    /// `--quota-backend-bytes`). A repeated flag: the last one wins, as in
+    /// Go's flag package.
     pub fn add_args(&mut self, extra: &[&str]) {
         self.args.extend(extra.iter().map(|s| s.to_string()));
+    }
+
+    /// Replaces the flags for the next start.
+    pub fn set_args(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|s| s.to_string()).collect();
     }
 
     /// The PID of the running process, if any.

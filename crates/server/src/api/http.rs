@@ -304,7 +304,7 @@ async fn version(State(s): S, method: Method) -> Response {
 
 /// `--enable-pprof`: `/debug/pprof/profile?seconds=N` (default 30, as
 /// Go's handler) samples this process's CPU at 100 Hz and answers the
-/// profile in pprof's protobuf format (`go tool pprof` and pprof read it).
+/// profile in pprof's gzipped protobuf format (`go tool pprof` reads it).
 /// One profile at a time, as in Go.
 async fn cpu_profile(q: RawQuery) -> Response {
     static BUSY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -351,7 +351,12 @@ async fn cpu_profile(q: RawQuery) -> Response {
         use pprof::protos::Message;
         let report = guard.report().build().map_err(|e| e.to_string())?;
         let profile = report.pprof().map_err(|e| e.to_string())?;
-        Ok::<Vec<u8>, String>(profile.encode_to_vec())
+        // gzip-compressed, as Go's runtime/pprof writes it.
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&profile.encode_to_vec())
+            .and_then(|_| gz.finish())
+            .map_err(|e| e.to_string())
     })
     .await;
     match built {
