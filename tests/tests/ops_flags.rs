@@ -246,3 +246,220 @@ async fn test_listen_client_http_urls() {
     })
     .await;
 }
+
+/// The unit's `Environment=` settings and its `ExecStart` command (with
+/// `/usr/bin/retcd` replaced by the binary under test).
+fn unit_command() -> (Vec<(String, String)>, Vec<String>) {
+    let unit = std::fs::read_to_string(
+        retcd_tests::workspace_root().join("contrib/systemd/retcd.service"),
+    )
+    .unwrap();
+    let mut env = Vec::new();
+    let mut exec = Vec::new();
+    for line in unit.lines() {
+        if let Some(kv) = line.strip_prefix("Environment=") {
+            let (k, v) = kv.split_once('=').unwrap();
+            env.push((k.to_string(), v.replace("%H", "unit-host")));
+        } else if let Some(cmd) = line.strip_prefix("ExecStart=") {
+            exec = cmd.split_whitespace().map(str::to_string).collect();
+        }
+    }
+    assert_eq!(
+        exec.first().map(String::as_str),
+        Some("/usr/bin/retcd"),
+        "{unit}"
+    );
+    assert!(unit.contains("Type=notify"), "{unit}");
+    (env, exec)
+}
+
+/// Starts the unit's command as systemd would (its environment, then the
+/// environment file `env_file`), with a notify socket; returns the child
+/// and whether READY=1 arrived within the bound.
+fn start_as_systemd(
+    dir: &std::path::Path,
+    env_file: &str,
+    bin: &std::path::Path,
+) -> (std::process::Child, bool) {
+    use std::os::unix::net::UnixDatagram;
+    let (mut env, exec) = unit_command();
+    for line in env_file.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (k, v) = line.split_once('=').unwrap();
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.to_string(), v.to_string()));
+    }
+    let daemon_args = env
+        .iter()
+        .find(|(k, _)| k == "DAEMON_ARGS")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let mut args: Vec<String> = Vec::new();
+    for a in &exec[1..] {
+        if a == "$DAEMON_ARGS" {
+            args.extend(daemon_args.split_whitespace().map(str::to_string));
+        } else {
+            args.push(a.clone());
+        }
+    }
+    let sock_path = dir.join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let log = std::fs::File::create(dir.join("unit.log")).unwrap();
+    let child = Command::new(bin)
+        .args(&args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().filter(|(k, _)| k != "DAEMON_ARGS").cloned())
+        .env("NOTIFY_SOCKET", &sock_path)
+        .current_dir(dir)
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let ready = match sock.recv(&mut buf) {
+        Ok(n) => String::from_utf8_lossy(&buf[..n]).contains("READY=1"),
+        Err(_) => false,
+    };
+    (child, ready)
+}
+
+fn stop_child(mut c: std::process::Child) {
+    let _ = Command::new("kill").arg(c.id().to_string()).status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// contrib/systemd/retcd.service with an operator's /etc/default/retcd
+/// (ETCD_* lines) starts a member that notifies systemd and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_systemd_unit_starts_a_member() {
+    if test_flavor() != Flavor::Retcd {
+        return; // the unit runs retcd
+    }
+    bounded(LIMIT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let (cp, pp) = (free_port(), free_port());
+        let template =
+            std::fs::read_to_string(retcd_tests::workspace_root().join("contrib/default/retcd"))
+                .unwrap();
+        // Uncomment the shipped lines and point them at test ports.
+        let env_file = template
+            .replace(
+                "#ETCD_LISTEN_CLIENT_URLS=http://localhost:2379",
+                &format!("ETCD_LISTEN_CLIENT_URLS={}", loopback_url(cp)),
+            )
+            .replace(
+                "#ETCD_ADVERTISE_CLIENT_URLS=http://localhost:2379",
+                &format!("ETCD_ADVERTISE_CLIENT_URLS={}", loopback_url(cp)),
+            )
+            .replace(
+                "#ETCD_LISTEN_PEER_URLS=http://localhost:2380",
+                &format!("ETCD_LISTEN_PEER_URLS={}", loopback_url(pp)),
+            )
+            .replace(
+                "#ETCD_INITIAL_ADVERTISE_PEER_URLS=http://localhost:2380",
+                &format!("ETCD_INITIAL_ADVERTISE_PEER_URLS={}", loopback_url(pp)),
+            )
+            .replace(
+                "#ETCD_INITIAL_CLUSTER=default=http://localhost:2380",
+                &format!("ETCD_INITIAL_CLUSTER=unit-host={}", loopback_url(pp)),
+            )
+            + &format!("ETCD_DATA_DIR={}\n", dir.path().join("data").display());
+        let (child, ready) = start_as_systemd(dir.path(), &env_file, &retcd_bin());
+        let ep = vec![loopback_url(cp)];
+        let put = etcdctl(&ep, &["put", "unit", "ok"]);
+        let members = etcdctl(&ep, &["member", "list"]);
+        stop_child(child);
+        let log = std::fs::read_to_string(dir.path().join("unit.log")).unwrap_or_default();
+        assert!(ready, "no READY=1 on the notify socket; log:\n{log}");
+        assert!(log.contains("successfully notified init daemon"), "{log}");
+        assert!(put.success(), "{put:?}");
+        assert!(
+            members.stdout.contains("unit-host"),
+            "ETCD_NAME=%H: {members:?}"
+        );
+    })
+    .await;
+}
+
+/// contrib/retcd.conf.yml (ports and data dir adapted) starts real etcd
+/// 3.5.1 and retcd alike, the retcd one through the unit with
+/// ETCD_CONFIG_FILE as /etc/default/retcd suggests; both serve clients
+/// and /readyz or /health on the metrics URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_example_config_file() {
+    if test_flavor() != Flavor::Retcd {
+        return;
+    }
+    bounded(LIMIT, async {
+        let example =
+            std::fs::read_to_string(retcd_tests::workspace_root().join("contrib/retcd.conf.yml"))
+                .unwrap();
+        for server in ["etcd-3.5.1", "retcd"] {
+            let dir = tempfile::tempdir().unwrap();
+            let (cp, pp, mp) = (free_port(), free_port(), free_port());
+            let cfg = example
+                .replace("localhost:2379", &format!("127.0.0.1:{cp}"))
+                .replace("localhost:2380", &format!("127.0.0.1:{pp}"))
+                .replace("localhost:2381", &format!("127.0.0.1:{mp}"))
+                .replace(
+                    "/var/lib/etcd/default",
+                    &dir.path().join("data").display().to_string(),
+                );
+            let path = dir.path().join("retcd.conf.yml");
+            std::fs::write(&path, cfg).unwrap();
+            let ep = vec![loopback_url(cp)];
+            let child = if server == "retcd" {
+                let env_file = format!("ETCD_CONFIG_FILE={}\nDAEMON_ARGS=\n", path.display());
+                let (child, ready) = start_as_systemd(dir.path(), &env_file, &retcd_bin());
+                assert!(ready, "retcd with the example config did not notify");
+                child
+            } else {
+                let child = Command::new(etcd351_bin())
+                    .arg("--config-file")
+                    .arg(&path)
+                    .current_dir(dir.path())
+                    .stderr(std::fs::File::create(dir.path().join("etcd.log")).unwrap())
+                    .spawn()
+                    .unwrap();
+                child
+            };
+            let ok = retcd_tests::retry_until(
+                Duration::from_secs(30),
+                Duration::from_millis(200),
+                async || {
+                    let o = etcdctl(&ep, &["put", "cfg", "1"]);
+                    if o.success() {
+                        Ok(())
+                    } else {
+                        anyhow::bail!("{o:?}")
+                    }
+                },
+            )
+            .await;
+            let health = http_get(mp, "/health", Duration::from_secs(5));
+            let members = etcdctl(&ep, &["member", "list"]);
+            stop_child(child);
+            ok.unwrap_or_else(|e| panic!("{server} with the example config: {e}"));
+            let health = health.unwrap();
+            assert_eq!(health.status, 200, "{server}: {health:?}");
+            assert!(
+                members.stdout.contains(", default,"),
+                "{server}: {members:?}"
+            );
+        }
+    })
+    .await;
+}

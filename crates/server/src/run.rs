@@ -217,6 +217,20 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         }));
     }
 
+    // Type=notify units: tell systemd once clients are served.
+    if let Ok(sock) = std::env::var("NOTIFY_SOCKET") {
+        let mut published = server.published();
+        tasks.push(tokio::spawn(async move {
+            if published.wait_for(|p| *p).await.is_ok() {
+                tracing::info!("notifying init daemon");
+                match sd_notify(&sock, "READY=1") {
+                    Ok(()) => tracing::info!("successfully notified init daemon"),
+                    Err(e) => tracing::error!(error = %e, "failed to notify systemd for readiness"),
+                }
+            }
+        }));
+    }
+
     let signal = shutdown_signal().await;
     tracing::info!(signal, "received signal; shutting down");
     tracing::info!(
@@ -306,6 +320,21 @@ fn nodelay(
         s.set_nodelay(true)?;
         Ok(s)
     })
+}
+
+/// systemd's notify protocol: one datagram to `$NOTIFY_SOCKET` (a path,
+/// or `@name` for the abstract namespace).
+fn sd_notify(socket: &str, state: &str) -> std::io::Result<()> {
+    use std::os::unix::net::UnixDatagram;
+    let s = UnixDatagram::unbound()?;
+    if let Some(name) = socket.strip_prefix('@') {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        s.send_to_addr(state.as_bytes(), &addr)?;
+    } else {
+        s.send_to(state.as_bytes(), socket)?;
+    }
+    Ok(())
 }
 
 /// Waits for SIGTERM or SIGINT; the name Go gives the signal.
