@@ -463,3 +463,108 @@ async fn test_example_config_file() {
     })
     .await;
 }
+
+/// `--experimental-compact-hash-check-enabled` (3.6: the CompactHashCheck
+/// gate): with equal stores the leader checks each compaction's hash and
+/// raises nothing; once one follower hashes differently (failpoint
+/// `mvcc_hash_kv_corrupt`), the next compaction raises CORRUPT for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_compact_hash_check_raises_corrupt() {
+    use etcd_client::{AlarmAction, AlarmType};
+    use retcd_tests::robustness::{Options, RbCluster};
+    if test_flavor() != Flavor::Retcd {
+        return; // needs the failpoints build
+    }
+    bounded(LIMIT, async {
+        let opts = Options::new(Flavor::Retcd, 3).with_failpoints().flags(&[
+            "--feature-gates=CompactHashCheck=true",
+            "--compact-hash-check-time=500ms",
+        ]);
+        let mut rb = RbCluster::start(&opts, 1).await.unwrap();
+        let mut cl = rb.cluster.client_all().await.unwrap();
+        for i in 0..20 {
+            cl.put(format!("k/{i}"), format!("v{i}"), None)
+                .await
+                .unwrap();
+        }
+        let rev = cl
+            .get("k/0", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        cl.compact(rev, None).await.unwrap();
+        cl.put("after-compaction", "1", None).await.unwrap();
+        let leader = rb.leader().await.unwrap();
+        retcd_tests::retry_until(
+            Duration::from_secs(20),
+            Duration::from_millis(200),
+            async || {
+                if rb.cluster.members[leader]
+                    .log()
+                    .contains("finished compaction hash check")
+                {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            },
+        )
+        .await
+        .unwrap_or_else(|()| panic!("no compaction hash check\n{}", rb.cluster.log_tails(3000)));
+        let alarms = cl
+            .alarm(AlarmAction::Get, AlarmType::None, None)
+            .await
+            .unwrap();
+        assert!(alarms.alarms().is_empty(), "alarm with equal stores");
+
+        let bad = (leader + 1) % 3;
+        rb.set_failpoints(bad, "mvcc_hash_kv_corrupt=return");
+        rb.kill(bad);
+        rb.restart(bad);
+        rb.cluster
+            .wait_member_ready(bad, Duration::from_secs(30))
+            .await
+            .unwrap();
+        for i in 20..30 {
+            cl.put(format!("k/{i}"), format!("v{i}"), None)
+                .await
+                .unwrap();
+        }
+        let rev = cl
+            .get("k/0", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        cl.compact(rev, None).await.unwrap();
+        cl.put("after-compaction", "2", None).await.unwrap();
+        let (bad_id, _) = rb.cluster.status_of(bad).await.unwrap();
+        let raised = retcd_tests::retry_until(
+            Duration::from_secs(20),
+            Duration::from_millis(200),
+            async || {
+                let r = cl
+                    .alarm(AlarmAction::Get, AlarmType::None, None)
+                    .await
+                    .map_err(|_| ())?;
+                let v: Vec<_> = r
+                    .alarms()
+                    .iter()
+                    .map(|a| (a.member_id(), a.alarm()))
+                    .collect();
+                if v.is_empty() {
+                    Err(())
+                } else {
+                    Ok(v)
+                }
+            },
+        )
+        .await
+        .unwrap_or_else(|()| panic!("CORRUPT never raised\n{}", rb.cluster.log_tails(3000)));
+        assert_eq!(raised, vec![(bad_id, AlarmType::Corrupt)]);
+    })
+    .await;
+}
