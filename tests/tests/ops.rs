@@ -262,7 +262,7 @@ fn get(port: u16, path: &str) -> (u16, String) {
 }
 
 /// The JSON log lines of `text` whose `msg` is `msg`.
-fn json_lines<'a>(text: &'a str, msg: &str) -> Vec<serde_json::Value> {
+fn json_lines(text: &str, msg: &str) -> Vec<serde_json::Value> {
     text.lines()
         .filter(|l| l.starts_with('{'))
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
