@@ -26,9 +26,14 @@ pub fn router(server: Arc<EtcdServer>) -> Router {
         .layer(axum::middleware::from_fn(super::gateway::cors))
 }
 
-/// The endpoints of `--listen-metrics-urls`.
+/// The endpoints of `--listen-metrics-urls`. Any other path (`/version`
+/// too) is Go's mux's `404 page not found`, with no CORS headers.
 pub fn metrics_router(server: Arc<EtcdServer>) -> Router {
-    health_routes().with_state(server)
+    health_routes()
+        .fallback(|| async {
+            super::gateway::go_error(StatusCode::NOT_FOUND, "404 page not found")
+        })
+        .with_state(server)
 }
 
 fn health_routes() -> Router<Arc<EtcdServer>> {
