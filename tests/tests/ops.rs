@@ -1002,11 +1002,9 @@ fn go_duration(s: &str) -> Option<Duration> {
 }
 
 /// etcd logs durations as Go prints them (`1h30m0s`, `1m0s`); tools that
-/// grep the "starting an etcd server" line see that spelling. retcd's
-/// run.rs logs them with Rust's `Debug` (`5400s`, `60s`): reported, not
-/// fixed here (run.rs is being edited elsewhere).
+/// grep the "starting an etcd server" line see that spelling; retcd logs
+/// them the same way.
 #[test]
-#[ignore = "known difference: run.rs logs Durations as 5400s, etcd as 1h30m0s"]
 fn starting_line_durations_as_go_prints_them() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (c, pe) = (free_port(), free_port());
@@ -1216,21 +1214,17 @@ fn one_member_log(flavor: Flavor) {
     let ready = find("ready to serve client requests", published);
     let sig = find("received signal; shutting down", ready);
     find("closed etcd server", sig);
-    // A clean stop. etcd re-raises SIGTERM after its shutdown (killed by
-    // signal 15, shell status 143); retcd exits 0 — the difference is
-    // pinned by `sigterm_exit_status_as_etcd`.
+    // A clean stop: both re-raise SIGTERM after their shutdown (killed
+    // by signal 15, shell status 143).
     let st = st.expect("exit status");
-    match flavor {
-        Flavor::Etcd => assert_eq!((st.code(), st.signal()), (None, Some(15)), "{who}: {st}"),
-        Flavor::Retcd => assert!(st.success() || st.signal() == Some(15), "{who}: {st}"),
-    }
+    let _ = flavor;
+    assert_eq!((st.code(), st.signal()), (None, Some(15)), "{who}: {st}");
 }
 
 /// etcd ends a SIGTERM shutdown by re-raising the signal, so its parent
-/// (a shell, the kubelet's runtime) sees "killed by SIGTERM" (143); retcd
-/// exits 0. Deciding that needs run.rs (which saw the signal): reported.
+/// (a shell, the kubelet's runtime) sees "killed by SIGTERM" (143); so
+/// does retcd's.
 #[test]
-#[ignore = "known difference: retcd exits 0 after SIGTERM, etcd re-raises it (143)"]
 fn sigterm_exit_status_as_etcd() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (c, pe) = (free_port(), free_port());

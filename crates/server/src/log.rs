@@ -105,6 +105,49 @@ fn push_member(out: &mut String, k: &str, v: &serde_json::Value) {
     let _ = write!(out, "{}:{}", serde_json::Value::String(k.to_string()), v);
 }
 
+/// A duration as Go's `time.Duration.String` prints it (`1h30m0s`,
+/// `1m0s`, `100ms`, `190.678µs`, `0s`): log fields use it where etcd logs
+/// a duration.
+pub struct GoDuration(pub std::time::Duration);
+
+impl std::fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ns = self.0.as_nanos();
+        if ns == 0 {
+            return f.write_str("0s");
+        }
+        // fraction without trailing zeros
+        let frac = |v: u128, digits: u32| -> String {
+            let s = format!("{:0width$}", v, width = digits as usize);
+            let s = s.trim_end_matches('0');
+            if s.is_empty() {
+                String::new()
+            } else {
+                format!(".{s}")
+            }
+        };
+        if ns < 1_000 {
+            return write!(f, "{ns}ns");
+        }
+        if ns < 1_000_000 {
+            return write!(f, "{}{}\u{b5}s", ns / 1_000, frac(ns % 1_000, 3));
+        }
+        if ns < 1_000_000_000 {
+            return write!(f, "{}{}ms", ns / 1_000_000, frac(ns % 1_000_000, 6));
+        }
+        let secs = ns / 1_000_000_000;
+        let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
+        let sfrac = frac(ns % 1_000_000_000, 9);
+        if h > 0 {
+            write!(f, "{h}h{m}m{s}{sfrac}s")
+        } else if m > 0 {
+            write!(f, "{m}m{s}{sfrac}s")
+        } else {
+            write!(f, "{s}{sfrac}s")
+        }
+    }
+}
+
 /// zap's ISO 8601 time with microseconds, UTC.
 fn timestamp() -> String {
     let now = time::OffsetDateTime::now_utc();
@@ -305,6 +348,19 @@ mod tests {
         let ts = timestamp();
         assert_eq!(ts.len(), "2026-12-01T09:49:40.631234Z".len(), "{ts}");
         assert!(ts.ends_with('Z') && ts.as_bytes()[10] == b'T');
+    }
+
+    #[test]
+    fn test_go_duration() {
+        use std::time::Duration as D;
+        let g = |d| GoDuration(d).to_string();
+        assert_eq!(g(D::ZERO), "0s");
+        assert_eq!(g(D::from_secs(5400)), "1h30m0s");
+        assert_eq!(g(D::from_secs(60)), "1m0s");
+        assert_eq!(g(D::from_millis(100)), "100ms");
+        assert_eq!(g(D::from_millis(1500)), "1.5s");
+        assert_eq!(g(D::from_nanos(190_678)), "190.678\u{b5}s");
+        assert_eq!(g(D::from_nanos(42)), "42ns");
     }
 
     #[test]

@@ -53,6 +53,8 @@ fn main() {
         eprintln!("retcd: {e:#}");
         std::process::exit(1);
     }
+    drop(rt);
+    retcd_server::run::reraise_signal();
 }
 
 /// etcd's answers to what stops it before it starts: help and version on

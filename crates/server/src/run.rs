@@ -29,8 +29,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         wal_dir = %cfg.wal_dir().display(),
         member_dir = %cfg.member_dir().display(),
         force_new_cluster = cfg.force_new_cluster,
-        heartbeat_interval = ?std::time::Duration::from_millis(cfg.heartbeat_interval),
-        election_timeout = ?std::time::Duration::from_millis(cfg.election_timeout),
+        heartbeat_interval = %crate::log::GoDuration(std::time::Duration::from_millis(cfg.heartbeat_interval)),
+        election_timeout = %crate::log::GoDuration(std::time::Duration::from_millis(cfg.election_timeout)),
         snapshot_count = cfg.snapshot_count,
         snapshot_catchup_entries = cfg.experimental_snapshot_catchup_entries,
         initial_advertise_peer_urls = %cfg.initial_advertise_peer_urls,
@@ -44,9 +44,9 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         quota_backend_bytes = cfg.quota_bytes(),
         pre_vote = cfg.pre_vote,
         initial_corrupt_check = cfg.experimental_initial_corrupt_check,
-        corrupt_check_time_interval = ?cfg.experimental_corrupt_check_time,
+        corrupt_check_time_interval = %crate::log::GoDuration(cfg.experimental_corrupt_check_time),
         compact_check_time_enabled = cfg.experimental_compact_hash_check_enabled,
-        compact_check_time_interval = ?cfg.experimental_compact_hash_check_time,
+        compact_check_time_interval = %crate::log::GoDuration(cfg.experimental_compact_hash_check_time),
         auto_compaction_mode = %cfg.auto_compaction_mode,
         auto_compaction_retention = %cfg.auto_compaction_retention,
         max_learners = cfg.max_learners,
@@ -231,7 +231,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         }));
     }
 
-    let signal = shutdown_signal().await;
+    let (signal, signo) = shutdown_signal().await;
+    RECEIVED.store(signo, std::sync::atomic::Ordering::SeqCst);
     tracing::info!(signal, "received signal; shutting down");
     tracing::info!(
         name = %cfg.name,
@@ -337,13 +338,27 @@ fn sd_notify(socket: &str, state: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Waits for SIGTERM or SIGINT; the name Go gives the signal.
-async fn shutdown_signal() -> &'static str {
+/// The signal that stopped the server (0: none yet).
+static RECEIVED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// As etcd: after a clean shutdown on a signal, the process dies of that
+/// signal (a shell sees 143 for SIGTERM). Returns only if none stopped it.
+pub fn reraise_signal() {
+    let signo = RECEIVED.load(std::sync::atomic::Ordering::SeqCst);
+    if signo != 0 {
+        if let Err(e) = signal_hook::low_level::emulate_default_handler(signo) {
+            tracing::warn!(error = %e, "cannot re-raise the signal; exiting 0");
+        }
+    }
+}
+
+/// Waits for SIGTERM or SIGINT; the name Go gives the signal, and its number.
+async fn shutdown_signal() -> (&'static str, i32) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
     tokio::select! {
-        _ = term.recv() => "terminated",
-        _ = int.recv() => "interrupt",
+        _ = term.recv() => ("terminated", libc::SIGTERM),
+        _ = int.recv() => ("interrupt", libc::SIGINT),
     }
 }

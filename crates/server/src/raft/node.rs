@@ -402,8 +402,8 @@ impl RaftNode {
                 self.metrics.wal_fsync.observe(took.as_secs_f64());
                 if took > WARN_SYNC {
                     tracing::warn!(
-                        took = ?took,
-                        expected_duration = ?WARN_SYNC,
+                        took = %crate::log::GoDuration(took),
+                        expected_duration = %crate::log::GoDuration(WARN_SYNC),
                         "slow fdatasync"
                     );
                 }
@@ -495,8 +495,8 @@ impl RaftNode {
                         if took > self.cfg.warn_apply {
                             self.metrics.slow_apply.inc();
                             tracing::warn!(
-                                took = ?took,
-                                expected_duration = ?self.cfg.warn_apply,
+                                took = %crate::log::GoDuration(took),
+                                expected_duration = %crate::log::GoDuration(self.cfg.warn_apply),
                                 prefix = "",
                                 request = %format!("header:<ID:{} > {}", summary.0, summary.1),
                                 "apply request took too long"

@@ -303,7 +303,7 @@ impl EtcdServer {
             }
             tokio::time::sleep(tick).await;
         }
-        tracing::info!(transferee = %Hex(target), took = ?started.elapsed(), "leadership transfer finished");
+        tracing::info!(transferee = %Hex(target), took = %crate::log::GoDuration(started.elapsed()), "leadership transfer finished");
         Ok(())
     }
 
@@ -325,11 +325,11 @@ impl EtcdServer {
         if self.leader() != self.member_id && self.leader() != 0 {
             tracing::info!(
                 new_leader_id = %Hex(self.leader()),
-                took = ?started.elapsed(),
+                took = %crate::log::GoDuration(started.elapsed()),
                 "leadership transfer finished"
             );
         } else {
-            tracing::warn!(took = ?started.elapsed(), "leadership transfer failed");
+            tracing::warn!(took = %crate::log::GoDuration(started.elapsed()), "leadership transfer failed");
         }
     }
 
@@ -491,7 +491,7 @@ pub async fn publish(server: Arc<EtcdServer>) {
                         local_member_id = %crate::ids::Hex(server.member_id),
                         local_member_attributes = %format!("{{Name:{} ClientURLs:[{}]}}", attrs.name, attrs.client_urls.join(" ")),
                         cluster_id = %crate::ids::Hex(server.cluster_id),
-                        publish_timeout = ?server.request_timeout(),
+                        publish_timeout = %crate::log::GoDuration(server.request_timeout()),
                         "published local member to cluster through raft"
                     );
                     server.published.send_replace(true);
