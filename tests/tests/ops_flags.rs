@@ -568,3 +568,71 @@ async fn test_compact_hash_check_raises_corrupt() {
     })
     .await;
 }
+
+/// `--host-whitelist` and `--cors` on an insecure client URL, on etcd
+/// 3.5.1 and the server under test: a Host not listed gets 421 and etcd's
+/// DNS-rebinding text, a listed one is served; only a listed Origin is
+/// echoed in `Access-Control-Allow-Origin`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_host_whitelist_and_cors_as_etcd() {
+    let flavor = test_flavor();
+    bounded(LIMIT, async {
+        let flags = ["--host-whitelist=example.com", "--cors=http://a.example:80"];
+        let under_test = if flavor == Flavor::Retcd {
+            retcd_bin()
+        } else {
+            etcd351_bin()
+        };
+        let mut answers = Vec::new();
+        for bin in [etcd351_bin(), under_test] {
+            let mut c = Cluster::start_with_binary(flavor, bin.clone(), 1, &flags)
+                .await
+                .unwrap();
+            let port = c.members[0].client_port;
+            let mut seen = Vec::new();
+            for (host, origin) in [
+                (format!("127.0.0.1:{port}"), "http://a.example:80"),
+                (format!("example.com:{port}"), "http://a.example:80"),
+                (format!("example.com:{port}"), "http://evil.example:80"),
+            ] {
+                let out = Command::new("curl")
+                    .args(["-s", "-i", "--max-time", "10", "-H"])
+                    .arg(format!("Host: {host}"))
+                    .arg("-H")
+                    .arg(format!("Origin: {origin}"))
+                    .arg(format!("http://127.0.0.1:{port}/health"))
+                    .output()
+                    .unwrap();
+                let text = String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n");
+                let status = text.lines().next().unwrap_or("").to_string();
+                let allow = text
+                    .lines()
+                    .find(|l| {
+                        l.to_ascii_lowercase()
+                            .starts_with("access-control-allow-origin:")
+                    })
+                    .map(|l| l.split_once(':').unwrap().1.trim().to_string());
+                let body = text
+                    .split_once("\n\n")
+                    .map(|(_, b)| b.to_string())
+                    .unwrap_or_default();
+                seen.push((status, allow, body));
+            }
+            c.members[0].stop();
+            answers.push((bin.display().to_string(), seen));
+        }
+        let (etcd, ours) = (&answers[0], &answers[1]);
+        assert!(
+            etcd.1[0].0.contains("421"),
+            "etcd refuses the Host: {etcd:?}"
+        );
+        assert!(etcd.1[0].2.contains("CVE-2018-5702"), "{etcd:?}");
+        assert!(etcd.1[1].0.contains("200"), "{etcd:?}");
+        assert_eq!(
+            etcd.1, ours.1,
+            "\n{}: {:?}\n{}: {:?}",
+            etcd.0, etcd.1, ours.0, ours.1
+        );
+    })
+    .await;
+}

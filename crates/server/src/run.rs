@@ -56,6 +56,14 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         tracing::info!(path = "/debug/pprof", "pprof is enabled");
     }
     let tls = crate::tls::Tls::from_config(&cfg)?;
+    crate::api::gateway::set_access(
+        &cfg.cors,
+        &cfg.host_whitelist,
+        split_urls(&cfg.listen_client_urls)
+            .iter()
+            .chain(split_urls(&cfg.listen_client_http_urls).iter())
+            .all(|u| u.starts_with("https://") || u.starts_with("unixs://")),
+    );
     // Clients are stopped first; peers (and raft) keep running while they
     // drain and while a leader hands leadership over, as etcd does.
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -475,35 +475,98 @@ fn method_not_allowed() -> Response {
 }
 
 /// etcd's CORS handler around its HTTP (non-gRPC) client handler, with
-/// etcd's default `--cors '*'`: every answer gets the three
-/// `Access-Control-Allow-*` headers, and OPTIONS is answered `200` with an
-/// empty body whatever the path.
+/// `--cors` and `--host-whitelist`, set once at start-up (etcd's
+/// `AccessController`).
+struct Access {
+    /// Allowed origins; `*` allows any.
+    cors: Vec<String>,
+    /// Host names accepted when every client URL is insecure; None: any.
+    hosts: Option<Vec<String>>,
+}
+
+static ACCESS: std::sync::OnceLock<Access> = std::sync::OnceLock::new();
+
+/// Sets the client HTTP endpoints' access rules; `secure`: the client
+/// URLs use TLS (then every Host is accepted, as etcd does).
+pub fn set_access(cors: &[String], host_whitelist: &[String], secure: bool) {
+    let hosts =
+        (!secure && !host_whitelist.iter().any(|h| h == "*")).then(|| host_whitelist.to_vec());
+    let _ = ACCESS.set(Access {
+        cors: cors.to_vec(),
+        hosts,
+    });
+}
+
+/// The origin to answer in `Access-Control-Allow-Origin`, if any.
+fn allowed_origin(origin: Option<&str>) -> Option<String> {
+    let cors = ACCESS.get().map(|a| a.cors.as_slice()).unwrap_or(&[]);
+    if ACCESS.get().is_none() || cors.iter().any(|c| c == "*") {
+        return Some("*".to_string());
+    }
+    origin
+        .filter(|o| cors.iter().any(|c| c == o))
+        .map(str::to_string)
+}
+
+/// etcd's access controller in front of the client port's HTTP answers:
+/// a Host not in `--host-whitelist` (insecure URLs only) is refused with
+/// 421 and etcd's DNS-rebinding text; allowed origins get the three CORS
+/// headers; OPTIONS is 200.
 pub async fn cors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if let Some(hosts) = ACCESS.get().and_then(|a| a.hosts.as_ref()) {
+        let host_port = req
+            .headers()
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_string)
+            .or_else(|| req.uri().authority().map(|a| a.to_string()))
+            .unwrap_or_default();
+        let host = match host_port.rsplit_once(':') {
+            Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !h.is_empty() => {
+                h.trim_start_matches('[').trim_end_matches(']').to_string()
+            }
+            _ => host_port.clone(),
+        };
+        if !hosts.iter().any(|h| *h == host) {
+            tracing::warn!(host = %host, "rejecting HTTP request to prevent DNS rebinding attacks");
+            return go_error(
+                StatusCode::MISDIRECTED_REQUEST,
+                &format!(
+                    "\netcd received your request, but the Host header was unrecognized.\n\nTo fix this, choose one of the following options:\n- Enable TLS, then any HTTPS request will be allowed.\n- Add the hostname you want to use to the whitelist in settings.\n  - e.g. etcd --host-whitelist {host:?}\n\nThis requirement has been added to help prevent \"DNS Rebinding\" attacks (CVE-2018-5702).\n"
+                ),
+            );
+        }
+    }
+    let origin = allowed_origin(
+        req.headers()
+            .get(axum::http::header::ORIGIN)
+            .and_then(|o| o.to_str().ok()),
+    );
     let mut resp = if req.method() == axum::http::Method::OPTIONS {
         StatusCode::OK.into_response()
     } else {
         next.run(req).await
     };
-    add_cors_headers(resp.headers_mut());
+    if let Some(o) = origin {
+        add_cors_headers(resp.headers_mut(), &o);
+    }
     resp
 }
 
-/// etcd's `addCORSHeader` for origin `*`.
-pub fn add_cors_headers(h: &mut HeaderMap) {
+/// etcd's `addCORSHeader`.
+pub fn add_cors_headers(h: &mut HeaderMap, origin: &str) {
     use axum::http::HeaderValue;
-    for (k, v) in [
-        (
-            "access-control-allow-methods",
-            "POST, GET, OPTIONS, PUT, DELETE",
-        ),
-        ("access-control-allow-origin", "*"),
-        (
-            "access-control-allow-headers",
-            "accept, content-type, authorization",
-        ),
-    ] {
-        h.insert(k, HeaderValue::from_static(v));
+    h.insert(
+        "access-control-allow-methods",
+        HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"),
+    );
+    if let Ok(v) = HeaderValue::from_str(origin) {
+        h.insert("access-control-allow-origin", v);
     }
+    h.insert(
+        "access-control-allow-headers",
+        HeaderValue::from_static("accept, content-type, authorization"),
+    );
 }
 
 /// What etcd's HTTP client handler (Go's `ServeMux` behind the CORS
@@ -539,6 +602,8 @@ pub fn not_served(method: &axum::http::Method, path: &str) -> Response {
     } else {
         go_error(StatusCode::NOT_FOUND, "404 page not found")
     };
-    add_cors_headers(resp.headers_mut());
+    if let Some(o) = allowed_origin(None) {
+        add_cors_headers(resp.headers_mut(), &o);
+    }
     resp
 }
