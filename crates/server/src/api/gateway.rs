@@ -527,7 +527,7 @@ pub async fn cors(req: axum::extract::Request, next: axum::middleware::Next) -> 
             }
             _ => host_port.clone(),
         };
-        if !hosts.iter().any(|h| *h == host) {
+        if !hosts.contains(&host) {
             tracing::warn!(host = %host, "rejecting HTTP request to prevent DNS rebinding attacks");
             return go_error(
                 StatusCode::MISDIRECTED_REQUEST,
