@@ -741,7 +741,9 @@ impl WatchableStore {
                 })
                 .filter_map(|(_, ev)| w.filter(ev))
                 .collect();
-            w.min_rev = end + 1;
+            // a watcher of a future revision (unsynced by a restore) is
+            // not lowered (etcd 3.5.22+)
+            w.min_rev = w.min_rev.max(end + 1);
             if !evs.is_empty()
                 && !inner.send_or_park(c.wk, response(c.wk.1, end, evs).into(), end + 1)
             {
