@@ -685,3 +685,65 @@ async fn test_watch_from_compaction_gets_tombstone() {
     })
     .await;
 }
+
+/// etcd 3.5.13 (#17566, etcd#17507, etcd's
+/// `TestV3WatchProgressWaitsForSyncNoEvents`): a watch from a past
+/// revision that matches no event still gets a progress notification once
+/// it is synced, when the client asks for one (again) (retcd only: etcd
+/// 3.5.1 answers at once, before the bug this checks for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_progress_for_watch_without_events() {
+    bounded(LIMIT, async {
+        let Some(c) = start(Since::Later, &[]).await else {
+            return;
+        };
+        let mut cl = c.client(0).await.expect("client");
+        let rev = cl
+            .put("bar", "1", None)
+            .await
+            .expect("put")
+            .header()
+            .unwrap()
+            .revision();
+        let ep = c.members[0].endpoint();
+        let mut w = raw_watch(&ep, vec![create_req(b"foo", rev, false)], Duration::ZERO).await;
+        let r = w.next().await;
+        assert!(r.created, "{r:?}");
+        let mut got = None;
+        for _ in 0..50 {
+            w.send(progress_req()).await;
+            if let Some(r) = w.next_within(Duration::from_millis(100)).await {
+                got = Some(r);
+                break;
+            }
+        }
+        let r = got.expect("a progress notification within 5s");
+        assert_eq!(
+            (r.watch_id, r.events.len(), rev_of(&r)),
+            (-1, 0, rev),
+            "{r:?}"
+        );
+    })
+    .await;
+}
+
+/// etcd 3.5.23 (#20616): LeaseKeepAlive on a revoked lease fails with
+/// "requested lease not found" (retcd only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_keepalive_of_revoked_lease() {
+    bounded(LIMIT, async {
+        let Some(c) = start(Since::Later, &[]).await else {
+            return;
+        };
+        let mut cl = c.client(0).await.expect("client");
+        let id = cl.lease_grant(60, None).await.expect("grant").id();
+        cl.lease_revoke(id).await.expect("revoke");
+        let o = etcdctl35(
+            &c.endpoints(),
+            &["lease", "keep-alive", "--once", &format!("{id:x}")],
+        );
+        assert!(!o.success(), "{o:?}");
+        assert!(o.stderr.contains("requested lease not found"), "{o:?}");
+    })
+    .await;
+}
