@@ -29,8 +29,9 @@ impl Cluster {
     /// Adds (without starting it) member `name` that joins the running
     /// cluster: `--initial-cluster initial_cluster` (every member of the
     /// cluster as it is now, this one included, `name=peerURL,…`) and
-    /// `--initial-cluster-state existing`, plus `extra_flags`. Returns its
-    /// index in `self.members`.
+    /// `--initial-cluster-state existing`, plus `extra_flags`, running the
+    /// first member's binary (e.g. etcd 3.5.1 in a cluster started with
+    /// [`Cluster::start_with_binary`]). Returns its index in `self.members`.
     pub fn add_joining_member(
         &mut self,
         name: &str,
@@ -55,11 +56,15 @@ impl Cluster {
         .args();
         args.extend(extra_flags.iter().map(|s| s.to_string()));
         let log = dir.join(format!("{name}.log"));
+        let bin = match self.members.first() {
+            Some(m) => m.binary().to_path_buf(),
+            None => self.flavor.binary(),
+        };
         self.members.push(Member::new(
             name.into(),
             client_port,
             peer_port,
-            self.flavor.binary(),
+            bin,
             args,
             data_dir,
             log,

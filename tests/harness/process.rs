@@ -45,6 +45,11 @@ impl Member {
         }
     }
 
+    /// The server binary it runs.
+    pub fn binary(&self) -> &Path {
+        &self.bin
+    }
+
     /// `http://127.0.0.1:<client port>`.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)

@@ -261,18 +261,29 @@ mod tests {
         ti.tombstone(b"foo1", r(4)).unwrap();
         ti.put(b"foo", r(5));
         for rev in 1..=6 {
-            let kept = ti.keep(rev);
+            let mut kept = ti.keep(rev);
+            if rev == 4 {
+                // compact keeps the tombstone at its revision, keep does not
+                kept.insert(r(4));
+            }
             let mut clone = ti.clone();
             assert_eq!(clone.compact(rev), kept, "rev {rev}");
         }
         let kept = ti.compact(4);
-        let want: HashSet<Revision> = [Revision::new(3, 0), Revision::new(3, 1)]
+        let want: HashSet<Revision> = [Revision::new(3, 0), Revision::new(3, 1), r(4)]
             .into_iter()
             .collect();
         assert_eq!(kept, want);
         assert!(
+            ti.key_index(b"foo1").is_some(),
+            "a tombstone at the compaction revision stays"
+        );
+        assert_eq!(ti.len(), 3);
+        let kept = ti.compact(5);
+        assert!(!kept.contains(&r(4)));
+        assert!(
             ti.key_index(b"foo1").is_none(),
-            "a key deleted at or before the compaction goes"
+            "a key deleted before the compaction goes"
         );
         assert_eq!(ti.len(), 2);
     }

@@ -21,20 +21,24 @@
 //! `at_rev`; a tombstone never answers a get (the key is absent then).
 //!
 //! **Compaction** at revision `r` drops whole generations whose tombstone
-//! is `<= r` and, in the first remaining one, every revision older than
+//! is `< r` and, in the first remaining one, every revision older than
 //! the latest one `<= r`. The
-//! revisions that must survive (the latest `<= r` of a still-live
-//! generation) are added to `available`; everything else `<= r` may go from
-//! the backend. Compacting the example above:
+//! revisions that must survive (the latest `<= r` of the first remaining
+//! generation, a tombstone at `r` included, as etcd 3.5.16+) are added to
+//! `available`; everything else `<= r` may go from the backend. Compacting
+//! the example above:
 //!
 //! ```text
 //! compact(2): {empty}, {4.0, 5.0(t)}, {2.0, 3.0(t)}      available: {2.0}
 //! compact(4): {empty}, {4.0, 5.0(t)}                     available: {4.0}
-//! compact(5): {empty}                                    available: {}
+//! compact(5): {empty}, {5.0(t)}                          available: {5.0}
+//! compact(6): {empty}                                    available: {}
 //! ```
 //!
-//! After `compact(5)` the key index is empty and the tree index drops it.
-//! `keep(r)` computes the same `available` set without changing anything.
+//! After `compact(6)` the key index is empty and the tree index drops it.
+//! `keep(r)` computes the same `available` set without changing anything,
+//! except that it leaves out a tombstone at `r` (HashKV skips it, so that
+//! members of etcd versions that deleted it hash the same).
 
 use std::collections::HashSet;
 
@@ -138,6 +142,15 @@ impl KeyIndex {
         });
     }
 
+    /// Rebuilds a key index whose only revision left in the backend is a
+    /// tombstone (a compaction at it kept it, everything before is gone):
+    /// one generation holding the tombstone, created at an unknown
+    /// revision, then the empty live one (etcd 3.5.18+, #19249).
+    pub fn restore_tombstone(&mut self, main: i64, sub: i64) {
+        self.restore(Revision::default(), Revision::new(main, sub), 1);
+        self.generations.push(Generation::default());
+    }
+
     /// Records a delete at `(main, sub)`: the tombstone ends the live
     /// generation and a new empty one begins. Errors if the key is not
     /// live (its last generation is empty).
@@ -199,17 +212,15 @@ impl KeyIndex {
         if self.generations.is_empty() {
             return;
         }
-        let (mut gen_idx, rev_index) = self.do_compact(at_rev, available);
-        let last = self.generations.len() - 1;
+        let (gen_idx, rev_index) = self.do_compact(at_rev, available);
         let g = &mut self.generations[gen_idx];
         if !g.is_empty() {
             if let Some(ri) = rev_index {
                 g.revs.drain(..ri);
             }
-            if g.revs.len() == 1 && gen_idx != last {
-                available.remove(&g.revs[0]);
-                gen_idx += 1;
-            }
+            // etcd 3.5.16+ (#18474): a tombstone at `at_rev` is kept (a
+            // watch from the compaction revision gets the delete); it goes
+            // with the next compaction above it.
         }
         self.generations.drain(..gen_idx);
     }
@@ -226,14 +237,16 @@ impl KeyIndex {
             && rev_index == Some(g.revs.len() - 1)
             && gen_idx != self.generations.len() - 1
         {
-            // the kept revision is a tombstone: it need not stay
+            // the kept revision is a tombstone: unlike `compact`, left
+            // out, so that HashKV hashes what etcd < 3.5.16 (which deleted
+            // it) hashes
             available.remove(&g.revs[g.revs.len() - 1]);
         }
     }
 
-    /// Finds the first generation whose tombstone is after `at_rev` (or the
-    /// last one) and, in it, the latest revision `<= at_rev`, which is added
-    /// to `available`.
+    /// Finds the first generation whose tombstone is at or after `at_rev`
+    /// (or the last one) and, in it, the latest revision `<= at_rev`, which
+    /// is added to `available`.
     fn do_compact(&self, at_rev: i64, available: &mut HashSet<Revision>) -> (usize, Option<usize>) {
         let mut gen_idx = 0;
         while gen_idx < self.generations.len() - 1 {
@@ -242,7 +255,7 @@ impl KeyIndex {
                 .last()
                 .expect("a closed generation has a tombstone")
                 .main
-                > at_rev
+                >= at_rev
             {
                 break;
             }
@@ -479,13 +492,13 @@ mod tests {
             (3, g1.clone(), 4, vec![r(2)]),
             (4, vec![r(4), r(6)], 4, vec![r(4)]),
             (5, vec![r(4), r(6)], 4, vec![r(4)]),
-            (6, g2.clone(), 3, vec![]),
+            (6, vec![r(6)], 4, vec![r(6)]),
             (7, g2.clone(), 3, vec![]),
             (8, g2.clone(), 3, vec![r(8)]),
             (9, g2.clone(), 3, vec![r(8)]),
             (10, vec![r(10), r(12)], 3, vec![r(10)]),
             (11, vec![r(10), r(12)], 3, vec![r(10)]),
-            (12, g3.clone(), 2, vec![]),
+            (12, vec![r(12)], 3, vec![r(12)]),
             (13, g3.clone(), 2, vec![]),
             (
                 14,
@@ -499,7 +512,8 @@ mod tests {
                 2,
                 vec![Revision::new(14, 1)],
             ),
-            (16, vec![], 1, vec![]),
+            (16, vec![r(16)], 2, vec![r(16)]),
+            (17, vec![], 1, vec![]),
         ]
     }
 
@@ -515,7 +529,15 @@ mod tests {
         let mut kept = HashSet::new();
         ki.keep(rev, &mut kept);
         assert_eq!(*ki, before, "keep({rev}) must not change the index");
-        assert_eq!(kept, want, "keep({rev})");
+        // a tombstone at `rev` is kept by compact, not by keep
+        let tombstone_at_rev = ki.generations[..ki.generations.len() - 1]
+            .iter()
+            .any(|g| g.revs.last().is_some_and(|t| t.main == rev));
+        if tombstone_at_rev {
+            assert!(kept.is_empty(), "keep({rev}) at a tombstone: {kept:?}");
+        } else {
+            assert_eq!(kept, want, "keep({rev})");
+        }
         let mut am = HashSet::new();
         ki.compact(rev, &mut am);
         assert_eq!(am, want, "compact({rev}) available");
@@ -574,8 +596,30 @@ mod tests {
         assert!(!ki.is_empty());
         ki.tombstone(3, 0).unwrap();
         assert!(!ki.is_empty());
+        // the tombstone at the compaction revision stays
         ki.compact(3, &mut HashSet::new());
+        assert!(!ki.is_empty());
+        ki.compact(4, &mut HashSet::new());
         assert!(ki.is_empty());
+    }
+
+    #[test]
+    fn test_key_index_restore_tombstone() {
+        // etcd's TestRestoreTombstone
+        let mut ki = KeyIndex::new(b"foo".to_vec());
+        ki.restore_tombstone(16, 0);
+        for at in 16..=20 {
+            assert_eq!(ki.get(at), Err(RevisionNotFound));
+        }
+        let mut avail = HashSet::new();
+        ki.do_compact(16, &mut avail);
+        assert_eq!(avail, HashSet::from([r(16)]));
+        ki.put(17, 0);
+        ki.put(18, 0);
+        assert_eq!(ki.since(16), vec![r(16), r(17), r(18)]);
+        ki.compact(17, &mut HashSet::new());
+        assert_eq!(ki.generations.len(), 1);
+        assert_eq!(ki.generations[0].revs, vec![r(17), r(18)]);
     }
 
     #[test]

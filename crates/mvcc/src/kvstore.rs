@@ -179,7 +179,12 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
             .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {r}: {e}")))?;
         rev = r.main;
         let ki = index.key_index_entry(&kv.key);
-        if tombstone {
+        if tombstone && ki.generations.is_empty() {
+            // The key's only revision left: a compaction at the tombstone
+            // kept it (etcd 3.5.18+ restores it, so a watch from there
+            // still gets the delete).
+            ki.restore_tombstone(r.main, r.sub);
+        } else if tombstone {
             // Expected below an unfinished compaction: the rows before the
             // tombstone may be deleted already.
             if ki.tombstone(r.main, r.sub).is_err() && r.main > scheduled {

@@ -34,10 +34,12 @@
 //!
 //! Example: `a` put at 2 and 4, deleted at 5; `b` put at 3. `compact(4)`:
 //! keep = {4 (a), 3 (b)}; the compactor removes 2; 5 is above and stays.
-//! `compact(5)`: keep = {3}; the compactor removes 4 and the tombstone 5.
-//! A crash after 4 was removed but before 5 was: on restart `a`'s
-//! tombstone 5 is found with no live generation (ignored), the index is
-//! compacted at 5 and the compactor removes 5.
+//! `compact(5)`: keep = {3, 5}; the compactor removes 4; the tombstone at
+//! the compaction revision stays (etcd 3.5.16+), so a watch from 5 gets the
+//! delete. `compact(6)`: keep = {3}; the compactor removes 5. A crash
+//! after 4 was removed, with 5 left: on restart `a`'s tombstone 5 is its
+//! only revision and is restored as such (etcd 3.5.18+); compacting the
+//! index at a revision above 5 drops it again.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

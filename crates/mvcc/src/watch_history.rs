@@ -16,11 +16,11 @@ use crate::MvccError;
 /// the `key` table of `snapshot`: PUT for a stored value, DELETE (kv with
 /// the key and `mod_revision`) for a tombstone. No `prev_kv`.
 ///
-/// Tombstones at or below `compact_rev` are skipped: the compaction
-/// deletes them (a deleted key keeps nothing), in the background, so
-/// whether one is still there depends on timing. A watcher starting at
-/// the compaction revision (allowed, as in etcd) thus never sees a DELETE
-/// at it — what it sees once the deletion finished (on etcd it is racy).
+/// A tombstone at `compact_rev` is kept by the compaction (etcd 3.5.16+),
+/// so a watcher starting at the compaction revision (allowed, as in etcd)
+/// gets the DELETE at it. Tombstones below `compact_rev` are skipped: the
+/// compaction deletes them in the background, so whether one is still
+/// there depends on timing.
 pub(crate) fn read_events(
     snapshot: &ReadTransaction,
     from: i64,
@@ -35,7 +35,7 @@ pub(crate) fn read_events(
         let (k, v) = entry?;
         let (rev, tombstone) = Revision::parse(k.value())
             .ok_or_else(|| MvccError::Backend(format!("invalid revision key {:?}", k.value())))?;
-        if tombstone && rev.main <= compact_rev {
+        if tombstone && rev.main < compact_rev {
             continue;
         }
         let mut kv = KeyValue::decode(v.value())

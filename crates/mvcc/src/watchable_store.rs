@@ -285,13 +285,30 @@ impl Inner {
         true
     }
 
+    /// Whether a progress response may go to `stream` now (etcd's
+    /// `progressIfSync`): every watcher is synced and none started at a
+    /// revision the store has not reached.
     fn stream_synced(&self, stream: u64) -> bool {
         self.streams.get(&stream).is_some_and(|s| {
             s.ids.iter().all(|id| {
                 self.watchers
                     .get(&(stream, *id))
-                    .is_none_or(|w| matches!(w.state, WatcherState::Synced))
+                    .is_none_or(|w| self.may_progress(w))
             })
+        })
+    }
+
+    /// Whether watcher `w` may get a progress response now.
+    fn may_progress(&self, w: &Watcher) -> bool {
+        matches!(w.state, WatcherState::Synced) && self.rev >= w.opts.requested_rev
+    }
+
+    /// Whether `stream` has a watcher (reserved ids do not count).
+    fn has_watchers(&self, stream: u64) -> bool {
+        self.streams.get(&stream).is_some_and(|s| {
+            s.ids
+                .iter()
+                .any(|id| self.watchers.contains_key(&(stream, *id)))
         })
     }
 
@@ -724,7 +741,9 @@ impl WatchableStore {
                 })
                 .filter_map(|(_, ev)| w.filter(ev))
                 .collect();
-            w.min_rev = end + 1;
+            // a watcher of a future revision (unsynced by a restore) is
+            // not lowered (etcd 3.5.22+)
+            w.min_rev = w.min_rev.max(end + 1);
             if !evs.is_empty()
                 && !inner.send_or_park(c.wk, response(c.wk.1, end, evs).into(), end + 1)
             {
@@ -893,9 +912,16 @@ impl WatchStream {
 
     /// A progress request: an empty response with watch id -1 at the
     /// notified revision, queued in order with the events, once every
-    /// watcher of the stream is synced (deferred until then).
+    /// watcher of the stream is synced and the store has reached every
+    /// watcher's requested start revision (deferred until then). A stream
+    /// with no watcher gets nothing (etcd 3.5.8+).
     pub fn request_progress_all(&self) {
         let mut inner = self.store.inner.lock();
+        // etcd 3.5.8+ (`progressIfSync` over no watchers): a stream with no
+        // watcher is not answered.
+        if !inner.has_watchers(self.id) {
+            return;
+        }
         if let Some(s) = inner.streams.get_mut(&self.id) {
             s.progress_pending = true;
         }
@@ -919,15 +945,15 @@ impl WatchStream {
         let Some(s) = inner.streams.get(&self.id) else {
             return;
         };
+        let rev = inner.rev;
         for id in &s.ids {
             if let Some(w) = inner.watchers.get_mut(&(self.id, *id)) {
                 if w.opts.progress_notify
                     && !w.sent_since_tick
                     && matches!(w.state, WatcherState::Synced)
+                    && rev >= w.opts.requested_rev
                 {
-                    let _ = s
-                        .sink
-                        .try_send(vec![response(*id, inner.rev, vec![]).into()]);
+                    let _ = s.sink.try_send(vec![response(*id, rev, vec![]).into()]);
                 }
                 w.sent_since_tick = false;
             }

@@ -457,12 +457,17 @@ fn test_progress_request() {
     let t = setup();
     t.put("a", "1");
     let (s, rx) = t.stream(16);
+    // no watcher: no answer (etcd 3.5.8+)
+    s.request_progress_all();
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    let synced = watch(&s, "b", "", from(0));
     s.request_progress_all();
     let r = recv(&rx);
     assert_eq!(
         (r.watch_id, r.header.unwrap().revision),
         (PROGRESS_ALL_ID, 2)
     );
+    assert!(s.cancel(synced));
     // an unsynced watcher defers the progress response until it is synced
     let id = watch(&s, "a", "", from(1));
     s.request_progress_all();
@@ -517,6 +522,56 @@ fn test_restore_resyncs_from_history() {
     assert_eq!(got.iter().map(|e| e.0).collect::<Vec<_>>(), vec![3, 4, 5]);
     t.put("k", "x");
     assert_eq!(collect(&rx, 1)[0].0, 6);
+}
+
+/// etcd 3.5.22 (fe30a6e4f): a restore does not lower a watcher of a
+/// future revision: it gets nothing below its start.
+#[test]
+fn test_restore_keeps_future_watcher_start() {
+    let t = setup();
+    let (s, rx) = t.stream(16);
+    watch(&s, "k", "", from(5)); // store at 1
+    t.ws.restore();
+    std::thread::sleep(Duration::from_millis(300)); // a sync round or more
+    t.put("k", "2"); // 2
+    t.put("k", "3"); // 3
+    t.put("k", "4"); // 4
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    t.put("k", "5"); // 5
+    assert_eq!(collect(&rx, 1)[0].0, 5);
+}
+
+/// etcd 3.5.22 (#20290): no progress response, requested or periodic,
+/// while the store is below a watcher's requested start revision.
+#[test]
+fn test_no_progress_below_requested_start() {
+    let t = setup();
+    let (s, rx) = t.stream(16);
+    let id = watch(
+        &s,
+        "k",
+        "",
+        WatchOptions {
+            start_rev: 3,
+            requested_rev: 3,
+            progress_notify: true,
+            ..Default::default()
+        },
+    );
+    s.request_progress_all();
+    s.progress_tick();
+    t.put("x", "1"); // 2
+    s.progress_tick();
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    t.put("x", "2"); // 3: reached; the deferred request is answered
+    let r = recv(&rx);
+    assert_eq!(
+        (r.watch_id, r.header.unwrap().revision),
+        (PROGRESS_ALL_ID, 3)
+    );
+    s.progress_tick();
+    let r = recv(&rx);
+    assert_eq!((r.watch_id, r.header.unwrap().revision), (id, 3));
 }
 
 #[test]

@@ -96,6 +96,12 @@ pub struct WatchOptions {
     pub no_delete: bool,
     /// Send an empty response every progress interval without events.
     pub progress_notify: bool,
+    /// The start revision the client asked for (0: none; `start_rev` may
+    /// be filled in for it). While the store is below it, the watcher's
+    /// stream gets no progress response, requested or periodic (etcd
+    /// 3.5.22+, #20290: a progress revision must not be below a watch's
+    /// start).
+    pub requested_rev: i64,
 }
 
 /// Where a watcher is; see the module documentation.

@@ -79,9 +79,12 @@ fn code(err: &ServerError) -> Code {
 fn auth_code(a: &AuthError) -> Code {
     use AuthError as A;
     match a {
-        A::UserEmpty | A::RoleEmpty | A::AuthFailed | A::InvalidAuthMgmt | A::AuthOldRevision => {
-            Code::InvalidArgument
-        }
+        A::UserEmpty
+        | A::RoleEmpty
+        | A::AuthFailed
+        | A::PermissionNotGiven
+        | A::InvalidAuthMgmt
+        | A::AuthOldRevision => Code::InvalidArgument,
         A::PermissionDenied => Code::PermissionDenied,
         A::InvalidAuthToken => Code::Unauthenticated,
         A::NoPasswordUser | A::VerifyOnly | A::Backend(_) => Code::Unknown,

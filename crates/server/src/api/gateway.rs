@@ -337,9 +337,11 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
         "/maintenance/alarm" => maintenance.alarm,
         "/maintenance/status" => maintenance.status,
         "/maintenance/defragment" => maintenance.defragment,
-        // etcd registers Hash and HashKV on the same path; etcd 3.4.23
-        // answers Hash there.
+        // etcd 3.4 and 3.5 < 3.5.10 registered Hash and HashKV on the one
+        // path `/hash` (Hash answered); 3.5.10+ (#16490) serves HashKV on
+        // `/hashkv`.
         "/maintenance/hash" => maintenance.hash,
+        "/maintenance/hashkv" => maintenance.hash_kv,
         "/maintenance/transfer-leadership" => maintenance.move_leader,
         "/auth/enable" => auth.auth_enable,
         "/auth/disable" => auth.auth_disable,

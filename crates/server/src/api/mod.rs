@@ -31,8 +31,10 @@ const GRPC_PACKAGES: &[&str] = &[
 /// * with `--client-cert-auth`, hands the services the caller's verified
 ///   certificate user (`auth::cert::pass_cert_user`);
 /// * etcd's learner rule (`v3rpc/interceptor.go`, `isRPCSupportedForLearner`):
-///   a learner answers only `Maintenance/Status` and serializable
-///   `KV/Range`; every other client RPC, unary or stream, fails with
+///   a learner answers only the unary `Maintenance/Status` and serializable
+///   `KV/Range`, and the one stream `Maintenance/Snapshot` (etcd 3.5.0+,
+///   #12890: a snapshot can be saved from a learner); every other client
+///   RPC, unary or stream, fails with
 ///   Unavailable "etcdserver: rpc not supported for learner" before its
 ///   handler runs. Range passes here and the server checks `serializable`
 ///   (the flag is inside the message). HTTP endpoints (`/health`,
@@ -61,7 +63,9 @@ pub async fn client_guard(
     let grpc = GRPC_PACKAGES.iter().any(|p| path.starts_with(p));
     let allowed = matches!(
         path,
-        "/etcdserverpb.Maintenance/Status" | "/etcdserverpb.KV/Range"
+        "/etcdserverpb.Maintenance/Status"
+            | "/etcdserverpb.KV/Range"
+            | "/etcdserverpb.Maintenance/Snapshot"
     );
     if grpc && !allowed && server.is_learner() {
         let status = error_map::to_status(ServerError::NotSupportedForLearner);

@@ -37,6 +37,8 @@ pub enum AuthError {
     AuthNotEnabled,
     #[error("etcdserver: invalid auth token")]
     InvalidAuthToken,
+    #[error("etcdserver: permission not given")]
+    PermissionNotGiven,
     #[error("etcdserver: invalid auth management")]
     InvalidAuthMgmt,
     #[error("etcdserver: revision of auth store is old")]
@@ -60,6 +62,7 @@ impl AuthError {
             AuthError::PermissionDenied => "auth: permission denied".into(),
             AuthError::InvalidAuthToken => "auth: invalid auth token".into(),
             AuthError::AuthOldRevision => "auth: revision in header is old".into(),
+            AuthError::PermissionNotGiven => "auth: permission not given".into(),
             other => other.to_string(),
         }
     }

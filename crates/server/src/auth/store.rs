@@ -168,8 +168,13 @@ impl AuthStore {
             }
             Op::RoleDelete(r) => delete_role(&mut st, t, &r.role)?,
             Op::RoleGrantPermission(r) => {
+                // etcd 3.5.0+ (#13086): no permission is an error, checked
+                // before the role; 3.5.8+ (#15619): so is an empty range.
+                let perm = r.perm.clone().ok_or(AuthError::PermissionNotGiven)?;
+                if !is_valid_permission_range(&perm.key, &perm.range_end) {
+                    return Err(AuthError::InvalidAuthMgmt);
+                }
                 let role = st.roles.get_mut(&r.name).ok_or(AuthError::RoleNotFound)?;
-                let perm = r.perm.clone().unwrap_or_default();
                 match role
                     .key_permission
                     .iter_mut()
@@ -273,6 +278,13 @@ impl AuthStore {
             tokens.drop_user(user);
         }
     }
+}
+
+/// etcd's `isValidPermissionRange` (3.5.8+, `range_perm_cache.go`): a
+/// permission needs a key, and its range end must be empty (one key),
+/// `\0` (every key from `key` on) or above the key.
+fn is_valid_permission_range(key: &[u8], range_end: &[u8]) -> bool {
+    !key.is_empty() && (range_end.is_empty() || range_end == [0] || key < range_end)
 }
 
 fn grant_role(

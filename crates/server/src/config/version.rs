@@ -4,7 +4,7 @@
 
 /// The newest etcd release whose client-visible API and behaviour retcd
 /// implements (see docs/design.md, "Which etcd").
-pub const ETCD_VERSION: &str = "3.5.0";
+pub const ETCD_VERSION: &str = "3.5.24";
 
 /// retcd's own version.
 pub const RETCD_VERSION: &str = env!("CARGO_PKG_VERSION");

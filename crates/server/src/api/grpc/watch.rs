@@ -210,6 +210,16 @@ async fn recv_loop(
             }
         };
         let resp = match req.request_union {
+            // etcd 3.5.24+ (#20709), before the permission check: a
+            // negative start revision is refused as compacted.
+            Some(RequestUnion::CreateRequest(c)) if c.start_revision < 0 => WatchResponse {
+                header: header(ws.rev()),
+                watch_id: -1,
+                created: true,
+                canceled: true,
+                cancel_reason: format!("etcdserver: {}", retcd_mvcc::MvccError::Compacted),
+                ..Default::default()
+            },
             Some(RequestUnion::CreateRequest(c)) => match caller.refusal(&c) {
                 Some(reason) => WatchResponse {
                     header: header(ws.rev()),
@@ -298,7 +308,7 @@ async fn create(
     let start_rev = match c.start_revision {
         // from the revision the `created` header reports
         0 => rev + 1,
-        r => r.max(1),
+        r => r, // positive: negative ones were refused
     };
     ws.watch(
         id,
@@ -309,6 +319,7 @@ async fn create(
             no_put: c.filters.contains(&(FilterType::Noput as i32)),
             no_delete: c.filters.contains(&(FilterType::Nodelete as i32)),
             progress_notify: c.progress_notify,
+            requested_rev: c.start_revision,
         },
     );
     Create::Started
