@@ -636,3 +636,78 @@ async fn test_host_whitelist_and_cors_as_etcd() {
     })
     .await;
 }
+
+/// A `unix://` client URL: etcd listens on the socket file named by the
+/// URL's host (relative to its working directory); etcdctl reaches it as
+/// `unix://name:port`. Same on etcd 3.5.1 and the server under test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_unix_socket_client_url() {
+    let flavor = test_flavor();
+    bounded(LIMIT, async {
+        let under_test = if flavor == Flavor::Retcd {
+            retcd_bin()
+        } else {
+            etcd351_bin()
+        };
+        for bin in [etcd351_bin(), under_test] {
+            let dir = tempfile::tempdir().unwrap();
+            let (cp, pp, up) = (free_port(), free_port(), free_port());
+            let sock = format!("localhost:{up}");
+            let child = Command::new(&bin)
+                .args(["--data-dir", "d", "--listen-client-urls"])
+                .arg(format!("{},unix://{sock}", loopback_url(cp)))
+                .args(["--advertise-client-urls", &loopback_url(cp)])
+                .args(["--listen-peer-urls", &loopback_url(pp)])
+                .args(["--initial-advertise-peer-urls", &loopback_url(pp)])
+                .arg(format!("--initial-cluster=default={}", loopback_url(pp)))
+                .current_dir(dir.path())
+                .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
+                .spawn()
+                .unwrap();
+            // etcdctl resolves the socket name in its own working directory
+            let ctl = |args: &[&str]| {
+                Command::new(retcd_tests::etcdctl35_bin())
+                    .arg(format!("--endpoints=unix://{sock}"))
+                    .args(["--dial-timeout=2s", "--command-timeout=5s"])
+                    .args(args)
+                    .env("ETCDCTL_API", "3")
+                    .current_dir(dir.path())
+                    .output()
+                    .unwrap()
+            };
+            let put = retcd_tests::retry_until(
+                Duration::from_secs(30),
+                Duration::from_millis(200),
+                async || {
+                    let o = ctl(&["put", "u", "1"]);
+                    if o.status.success() {
+                        Ok(o)
+                    } else {
+                        Err(o)
+                    }
+                },
+            )
+            .await;
+            let get = ctl(&["get", "u", "--print-value-only"]);
+            let is_socket = {
+                use std::os::unix::fs::FileTypeExt;
+                std::fs::metadata(dir.path().join(&sock)).map(|m| m.file_type().is_socket())
+            };
+            stop_child(child);
+            let put = put.unwrap_or_else(|o| panic!("{}: put over {sock}: {o:?}", bin.display()));
+            assert!(put.status.success());
+            assert_eq!(
+                String::from_utf8_lossy(&get.stdout).trim(),
+                "1",
+                "{}: {get:?}",
+                bin.display()
+            );
+            assert!(
+                matches!(is_socket, Ok(true)),
+                "{}: no socket file {sock}: {is_socket:?}",
+                bin.display()
+            );
+        }
+    })
+    .await;
+}

@@ -153,10 +153,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         .map(|u| (u, true))
         .chain(http_urls.iter().map(|u| (u, false)))
     {
-        let addr = url_host_port(url).map_err(anyhow::Error::msg)?;
-        let l = TcpListener::bind(&addr)
-            .await
-            .with_context(|| format!("cannot listen for clients on {addr}"))?;
+        let (addr, l) = bind_client(url).await?;
         let mut router = axum::Router::new();
         if grpc {
             let routes = services.routes.clone().add_service(health_service.clone());
@@ -208,14 +205,19 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            let r = match acceptor {
-                Some(a) => {
+            let r = match (l, acceptor) {
+                (ClientListener::Tcp(l), Some(a)) => {
                     let incoming =
                         crate::tls::incoming(l, a, false).map(|s| s.map(AuthorityFix::new));
                     builder.serve_with_incoming_shutdown(incoming, stop).await
                 }
-                None => {
+                (ClientListener::Tcp(l), None) => {
                     let incoming = nodelay(l).map(|s| s.map(AuthorityFix::new));
+                    builder.serve_with_incoming_shutdown(incoming, stop).await
+                }
+                (ClientListener::Unix(l), _) => {
+                    let incoming = tokio_stream::wrappers::UnixListenerStream::new(l)
+                        .map(|s| s.map(AuthorityFix::new));
                     builder.serve_with_incoming_shutdown(incoming, stop).await
                 }
             };
@@ -275,6 +277,32 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         "closed etcd server"
     );
     Ok(())
+}
+
+/// A client listener: TCP, or a unix socket for `unix://` URLs.
+enum ClientListener {
+    Tcp(TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+/// Binds a client URL. `unix://name:port` listens on the socket file
+/// `name:port` (relative to the working directory, as etcd does; a stale
+/// file is replaced); `unixs://` (TLS over a unix socket) is refused.
+async fn bind_client(url: &str) -> anyhow::Result<(String, ClientListener)> {
+    if let Some(path) = url.strip_prefix("unix://") {
+        let _ = std::fs::remove_file(path);
+        let l = tokio::net::UnixListener::bind(path)
+            .with_context(|| format!("cannot listen for clients on unix socket {path}"))?;
+        return Ok((path.to_string(), ClientListener::Unix(l)));
+    }
+    if url.starts_with("unixs://") {
+        anyhow::bail!("{url}: TLS over unix sockets (unixs://) is not supported by retcd");
+    }
+    let addr = url_host_port(url).map_err(anyhow::Error::msg)?;
+    let l = TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen for clients on {addr}"))?;
+    Ok((addr, ClientListener::Tcp(l)))
 }
 
 /// Serves an HTTP-only router (the metrics URLs) until stopped.

@@ -719,6 +719,11 @@ fn validate_url(u: &str) -> Result<(), String> {
 /// `http://host:port[/]` → `host:port`, resolving `localhost` to 127.0.0.1
 /// for listening (etcd listens on what the name resolves to).
 pub fn url_host_port(u: &str) -> Result<String, String> {
+    if u.starts_with("unix://") || u.starts_with("unixs://") {
+        return Err(format!(
+            "{u}: unix sockets are supported for client URLs (unix://) only"
+        ));
+    }
     let rest = u
         .split_once("://")
         .map(|(_, r)| r)

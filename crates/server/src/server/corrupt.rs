@@ -79,10 +79,10 @@ async fn peer_hashes(server: &EtcdServer, rev: i64) -> Vec<(u64, Result<HashKvRe
     out
 }
 
-/// The members whose hash at our revision differs from ours (same
-/// compaction revision), or an error when our own hash is unavailable.
-pub async fn mismatches(server: &EtcdServer) -> Result<Vec<u64>, String> {
-    let (hash, compact_rev, rev) = server.local_hash_kv(0).await.map_err(|e| e.to_string())?;
+/// The peers whose HashKV at `rev` differs from ours (`hash`, computed
+/// at `rev` with compaction revision `compact_rev`); peers that compacted
+/// elsewhere or do not answer are skipped.
+async fn differing_peers(server: &EtcdServer, rev: i64, hash: u32, compact_rev: i64) -> Vec<u64> {
     let mut bad = Vec::new();
     for (id, res) in peer_hashes(server, rev).await {
         match res {
@@ -107,7 +107,28 @@ pub async fn mismatches(server: &EtcdServer) -> Result<Vec<u64>, String> {
             ),
         }
     }
-    Ok(bad)
+    bad
+}
+
+/// The members whose hash at our revision differs from ours (same
+/// compaction revision), or an error when our own hash is unavailable.
+pub async fn mismatches(server: &EtcdServer) -> Result<Vec<u64>, String> {
+    let (hash, compact_rev, rev) = server.local_hash_kv(0).await.map_err(|e| e.to_string())?;
+    Ok(differing_peers(server, rev, hash, compact_rev).await)
+}
+
+/// Proposes a CORRUPT alarm for each of `bad` (the leader's checks).
+async fn raise_corrupt(server: &EtcdServer, bad: Vec<u64>) {
+    for id in bad {
+        let req = Request::Alarm(AlarmRequest {
+            action: AlarmAction::Activate as i32,
+            member_id: id,
+            alarm: AlarmType::Corrupt as i32,
+        });
+        if let Err(e) = server.propose(req).await {
+            tracing::warn!(error = %e, "failed to raise the CORRUPT alarm");
+        }
+    }
 }
 
 /// The initial check; exits the process on a mismatch.
@@ -145,16 +166,7 @@ async fn monitor(server: Arc<EtcdServer>, every: Duration) {
                 continue;
             }
         };
-        for id in bad {
-            let req = Request::Alarm(AlarmRequest {
-                action: AlarmAction::Activate as i32,
-                member_id: id,
-                alarm: AlarmType::Corrupt as i32,
-            });
-            if let Err(e) = server.propose(req).await {
-                tracing::warn!(error = %e, "failed to raise the CORRUPT alarm");
-            }
-        }
+        raise_corrupt(&server, bad).await;
     }
 }
 
@@ -189,26 +201,7 @@ async fn compact_hash_monitor(server: Arc<EtcdServer>, every: Duration) {
                 continue;
             }
         };
-        let mut bad = Vec::new();
-        for (id, res) in peer_hashes(&server, at).await {
-            match res {
-                Ok(p) if p.compact_revision == c && p.hash != hash => {
-                    tracing::error!(
-                        local = %Hex(server.member_id),
-                        remote = %Hex(id),
-                        compact_revision = compact_rev,
-                        local_hash = hash,
-                        remote_hash = p.hash,
-                        "compaction hash mismatch"
-                    );
-                    bad.push(id);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(remote = %Hex(id), error = %e, "cannot fetch compaction hash from peer; skipped")
-                }
-            }
-        }
+        let bad = differing_peers(&server, at, hash, c).await;
         checked = compact_rev;
         if bad.is_empty() {
             tracing::info!(
@@ -217,16 +210,7 @@ async fn compact_hash_monitor(server: Arc<EtcdServer>, every: Duration) {
                 "finished compaction hash check"
             );
         }
-        for id in bad {
-            let req = Request::Alarm(AlarmRequest {
-                action: AlarmAction::Activate as i32,
-                member_id: id,
-                alarm: AlarmType::Corrupt as i32,
-            });
-            if let Err(e) = server.propose(req).await {
-                tracing::warn!(error = %e, "failed to raise the CORRUPT alarm");
-            }
-        }
+        raise_corrupt(&server, bad).await;
     }
 }
 
