@@ -39,26 +39,21 @@ pub fn metrics_router(server: Arc<EtcdServer>) -> Router {
 fn health_routes() -> Router<Arc<EtcdServer>> {
     let mut r = Router::new()
         .route("/health", any(health))
-        .route("/metrics", any(metrics))
-        .route(
-            "/livez",
-            any(|s: S, m: Method, q: RawQuery| probe(s, m, q, Probe::Livez, None)),
-        );
-    for check in LIVEZ {
+        .route("/metrics", any(metrics));
+    for (which, root, checks) in [
+        (Probe::Livez, "/livez", LIVEZ),
+        (Probe::Readyz, "/readyz", READYZ),
+    ] {
         r = r.route(
-            &format!("/livez/{check}"),
-            any(move |s: S, m: Method, q: RawQuery| probe(s, m, q, Probe::Livez, Some(check))),
+            root,
+            any(move |s: S, m: Method, q: RawQuery| probe(s, m, q, which, None)),
         );
-    }
-    r = r.route(
-        "/readyz",
-        any(|s: S, m: Method, q: RawQuery| probe(s, m, q, Probe::Readyz, None)),
-    );
-    for check in READYZ {
-        r = r.route(
-            &format!("/readyz/{check}"),
-            any(move |s: S, m: Method, q: RawQuery| probe(s, m, q, Probe::Readyz, Some(check))),
-        );
+        for check in checks {
+            r = r.route(
+                &format!("{root}/{check}"),
+                any(move |s: S, m: Method, q: RawQuery| probe(s, m, q, which, Some(check))),
+            );
+        }
     }
     r
 }
