@@ -4,10 +4,11 @@
 //! `/readyz` on `--listen-metrics-urls` (no `/version` there), served
 //! from start-up so probes see the member before it is ready.
 
+use super::gateway::go_error;
 use crate::config::version::cluster_version;
 use crate::error::ServerError;
 use crate::server::EtcdServer;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
@@ -30,9 +31,7 @@ pub fn router(server: Arc<EtcdServer>) -> Router {
 /// too) is Go's mux's `404 page not found`, with no CORS headers.
 pub fn metrics_router(server: Arc<EtcdServer>) -> Router {
     health_routes()
-        .fallback(|| async {
-            super::gateway::go_error(StatusCode::NOT_FOUND, "404 page not found")
-        })
+        .fallback(|| async { go_error(StatusCode::NOT_FOUND, "404 page not found") })
         .with_state(server)
 }
 
@@ -46,12 +45,12 @@ fn health_routes() -> Router<Arc<EtcdServer>> {
     ] {
         r = r.route(
             root,
-            any(move |s: S, m: Method, q: RawQuery| probe(s, m, q, which, None)),
+            any(move |s: S, m: Method, q: Q| probe(s, m, q, which, None)),
         );
         for check in checks {
             r = r.route(
                 &format!("{root}/{check}"),
-                any(move |s: S, m: Method, q: RawQuery| probe(s, m, q, which, Some(check))),
+                any(move |s: S, m: Method, q: Q| probe(s, m, q, which, Some(check))),
             );
         }
     }
@@ -59,80 +58,35 @@ fn health_routes() -> Router<Arc<EtcdServer>> {
 }
 
 fn not_allowed() -> Response {
-    (
-        StatusCode::METHOD_NOT_ALLOWED,
-        [(header::ALLOW, "GET")],
-        plain("Method Not Allowed\n".to_string()),
-    )
-        .into_response()
+    let mut r = go_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET"));
+    r
 }
 
-/// A text body with the headers Go's `http.Error` sets.
-fn plain(body: String) -> ([(header::HeaderName, HeaderValue); 2], String) {
-    (
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            ),
-            (
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            ),
-        ],
-        body,
-    )
-}
+/// A request's query pairs (`?exclude=A&exclude=B&verbose`), decoded.
+type Q = Query<Vec<(String, String)>>;
 
-/// The query's values for `key` (`a=1&a=2`), and whether it is present.
-fn query_values(q: &Option<String>, key: &str) -> (bool, Vec<String>) {
-    let mut present = false;
-    let mut out = Vec::new();
-    for pair in q.as_deref().unwrap_or("").split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k == key {
-            present = true;
-            out.push(percent_decode(v));
-        }
-    }
-    (present, out)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 3;
-                        continue;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// Whether the query names `key`, and its values.
+fn query_values(q: &[(String, String)], key: &str) -> (bool, Vec<String>) {
+    let vals: Vec<String> = q
+        .iter()
+        .filter(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+        .collect();
+    (q.iter().any(|(k, _)| k == key), vals)
 }
 
 /// etcd's `/health`: alarms (those not excluded), then the leader (unless
 /// `serializable=true`), then a one-key read; 200 `{"health":"true"}` or
 /// 503 with the first reason.
-async fn health(State(s): S, method: Method, q: RawQuery) -> Response {
+async fn health(State(s): S, method: Method, q: Q) -> Response {
     if method != Method::GET {
         tracing::warn!(status_code = 405, "/health error");
         return not_allowed();
     }
-    let (_, excluded) = query_values(&q.0, "exclude");
-    let (_, ser) = query_values(&q.0, "serializable");
+    let (_, excluded) = query_values(&q, "exclude");
+    let (_, ser) = query_values(&q, "serializable");
     let serializable = ser.first().is_some_and(|v| v == "true");
     let reason = health_reason(&s, &excluded, serializable).await;
     match reason {
@@ -144,7 +98,7 @@ async fn health(State(s): S, method: Method, q: RawQuery) -> Response {
             crate::metrics::global().health_failures.inc();
             let body = serde_json::json!({"health": "false", "reason": reason}).to_string();
             tracing::warn!(output = %body, status_code = 503, "/health error");
-            (StatusCode::SERVICE_UNAVAILABLE, plain(format!("{body}\n"))).into_response()
+            go_error(StatusCode::SERVICE_UNAVAILABLE, &body)
         }
     }
 }
@@ -213,7 +167,7 @@ async fn run_check(s: &EtcdServer, name: &str) -> Result<(), String> {
 async fn probe(
     State(s): S,
     method: Method,
-    q: RawQuery,
+    q: Q,
     which: Probe,
     only: Option<&'static str>,
 ) -> Response {
@@ -228,8 +182,8 @@ async fn probe(
         return not_allowed();
     }
     let all = if which == Probe::Livez { LIVEZ } else { READYZ };
-    let (verbose, _) = query_values(&q.0, "verbose");
-    let (_, mut excluded) = query_values(&q.0, "exclude");
+    let (verbose, _) = query_values(&q, "verbose");
+    let (_, mut excluded) = query_values(&q, "exclude");
     let checks: Vec<&str> = match only {
         Some(c) => {
             excluded.clear();
@@ -274,14 +228,14 @@ async fn probe(
     }
     if failed {
         tracing::error!(path = %path, reason = %lines.trim_end(), status_code = 503, "Health check error");
-        return (StatusCode::SERVICE_UNAVAILABLE, plain(format!("{lines}\n"))).into_response();
+        return go_error(StatusCode::SERVICE_UNAVAILABLE, &lines);
     }
     let body = if verbose {
-        format!("{lines}ok\n")
+        format!("{lines}ok")
     } else {
-        "ok\n".to_string()
+        "ok".to_string()
     };
-    (StatusCode::OK, plain(body)).into_response()
+    go_error(StatusCode::OK, &body)
 }
 
 /// `/version`: etcd's two fields (the version retcd implements or
@@ -306,23 +260,20 @@ async fn version(State(s): S, method: Method) -> Response {
 /// Go's handler) samples this process's CPU at 100 Hz and answers the
 /// profile in pprof's gzipped protobuf format (`go tool pprof` reads it).
 /// One profile at a time, as in Go.
-async fn cpu_profile(q: RawQuery) -> Response {
+async fn cpu_profile(q: Q) -> Response {
     static BUSY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     use std::sync::atomic::Ordering;
-    let (_, secs) = query_values(&q.0, "seconds");
+    let (_, secs) = query_values(&q, "seconds");
     let secs = match secs.first().map(|s| s.parse::<u64>()) {
         None => 30,
         Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            return (StatusCode::BAD_REQUEST, plain("Bad Request\n".to_string())).into_response()
-        }
+        Some(_) => return go_error(StatusCode::BAD_REQUEST, "Bad Request"),
     };
     if BUSY.swap(true, Ordering::SeqCst) {
-        return (
+        return go_error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            plain("Could not enable CPU profiling: cpu profiling already in use\n".to_string()),
-        )
-            .into_response();
+            "Could not enable CPU profiling: cpu profiling already in use",
+        );
     }
     struct Release;
     impl Drop for Release {
@@ -338,11 +289,10 @@ async fn cpu_profile(q: RawQuery) -> Response {
     {
         Ok(g) => g,
         Err(e) => {
-            return (
+            return go_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                plain(format!("Could not enable CPU profiling: {e}\n")),
+                &format!("Could not enable CPU profiling: {e}"),
             )
-                .into_response()
         }
     };
     tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
@@ -371,16 +321,14 @@ async fn cpu_profile(q: RawQuery) -> Response {
             bytes,
         )
             .into_response(),
-        Ok(Err(e)) => (
+        Ok(Err(e)) => go_error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            plain(format!("Could not build the CPU profile: {e}\n")),
-        )
-            .into_response(),
-        Err(e) => (
+            &format!("Could not build the CPU profile: {e}"),
+        ),
+        Err(e) => go_error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            plain(format!("Could not build the CPU profile: {e}\n")),
-        )
-            .into_response(),
+            &format!("Could not build the CPU profile: {e}"),
+        ),
     }
 }
 
@@ -401,13 +349,19 @@ mod tests {
 
     #[test]
     fn test_query_values() {
-        let q = Some("exclude=NOSPACE&exclude=CORRUPT&verbose&serializable=true".to_string());
+        let q: Vec<(String, String)> = [
+            ("exclude", "NOSPACE"),
+            ("exclude", "CORRUPT"),
+            ("verbose", ""),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
         assert_eq!(
             query_values(&q, "exclude"),
             (true, vec!["NOSPACE".to_string(), "CORRUPT".to_string()])
         );
         assert!(query_values(&q, "verbose").0);
-        assert!(!query_values(&None, "verbose").0);
-        assert_eq!(percent_decode("a%20b+c%2"), "a b c%2");
+        assert!(!query_values(&q, "serializable").0);
     }
 }

@@ -138,7 +138,7 @@ const U: &str = "Unsafe";
 const V2: &str = "v2 and v2 proxy (deprecated in etcd 3.5, removed in 3.6)";
 const H: &str = ""; // hidden
 
-const NO_V2: &str = "retcd serves only the v3 API";
+pub const NO_V2: &str = "retcd serves only the v3 API";
 const NO_BBOLT: &str = "retcd's backend is redb, not bbolt";
 const NO_TRACE: &str = "retcd does not export OpenTelemetry traces";
 const NO_ROTATE: &str = "retcd writes logs to the outputs given, rotation is left to the system";
@@ -254,15 +254,15 @@ pub static FLAGS: &[Flag] = &[
     no(f(L, "enable-log-rotation", Bool, "false", "Rotate the log file outputs."), NO_ROTATE),
     no(f(L, "log-rotation-config-json", Str, "{\"maxsize\": 100, \"maxage\": 0, \"maxbackups\": 0, \"localtime\": false, \"compress\": false}", "Log rotation settings."), NO_ROTATE),
     // v2
-    dep(no(f(V2, "enable-v2", Bool, "false", "Serve the v2 API."), NO_V2)),
+    dep(f(V2, "enable-v2", Bool, "false", "Serve the v2 API.")),
     no(f(V2, "v2-deprecation", Enum(V2_DEPRECATION), "not-yet", "Phase of the v2 store deprecation."), NO_V2),
-    dep(no(f(V2, "experimental-enable-v2v3", Str, "", "Serve v2 requests through the v3 backend."), NO_V2)),
-    dep(no(f(V2, "proxy", Enum(PROXY_MODES), "off", "v2 proxy mode."), NO_V2)),
-    dep(no(f(V2, "proxy-failure-wait", Uint, "5000", "v2 proxy: failure wait (ms)."), NO_V2)),
-    dep(no(f(V2, "proxy-refresh-interval", Uint, "30000", "v2 proxy: endpoint refresh interval (ms)."), NO_V2)),
-    dep(no(f(V2, "proxy-dial-timeout", Uint, "1000", "v2 proxy: dial timeout (ms)."), NO_V2)),
-    dep(no(f(V2, "proxy-write-timeout", Uint, "5000", "v2 proxy: write timeout (ms)."), NO_V2)),
-    dep(no(f(V2, "proxy-read-timeout", Uint, "0", "v2 proxy: read timeout (ms)."), NO_V2)),
+    dep(f(V2, "experimental-enable-v2v3", Str, "", "Serve v2 requests through the v3 backend.")),
+    dep(f(V2, "proxy", Enum(PROXY_MODES), "off", "v2 proxy mode.")),
+    dep(f(V2, "proxy-failure-wait", Uint, "5000", "v2 proxy: failure wait (ms).")),
+    dep(f(V2, "proxy-refresh-interval", Uint, "30000", "v2 proxy: endpoint refresh interval (ms).")),
+    dep(f(V2, "proxy-dial-timeout", Uint, "1000", "v2 proxy: dial timeout (ms).")),
+    dep(f(V2, "proxy-write-timeout", Uint, "5000", "v2 proxy: write timeout (ms).")),
+    dep(f(V2, "proxy-read-timeout", Uint, "0", "v2 proxy: read timeout (ms).")),
     // Experimental (etcd 3.5 names)
     f(X, "experimental-initial-corrupt-check", Bool, "false", "Check for data corruption before serving clients and peers."),
     f(X, "experimental-corrupt-check-time", Duration, "0s", "Time between cluster corruption checks (0: off)."),

@@ -222,7 +222,7 @@ impl Config {
         }
         let mut cfg = Config::from_values(&values)?;
         cfg.config_file = config_file;
-        notices.extend(Self::flag_notices(&values)?);
+        notices.extend(Self::flag_notices(&values, &cfg.feature_gates)?);
         cfg.notices = notices;
         Ok(cfg)
     }
@@ -280,7 +280,10 @@ impl Config {
     /// One warning per flag that was set and has no effect in retcd (or
     /// was deprecated by etcd 3.5); refusals for what retcd cannot do; the
     /// 3.6 rename conflicts.
-    fn flag_notices(values: &Values) -> Result<Vec<Notice>, Exit> {
+    fn flag_notices(
+        values: &Values,
+        gates: &BTreeMap<&'static str, bool>,
+    ) -> Result<Vec<Notice>, Exit> {
         let mut out = Vec::new();
         for (old, new) in flags::RENAMES {
             if values.is_set(old) && values.is_set(new) {
@@ -318,14 +321,14 @@ impl Config {
                     out.push(Notice {
                         warn: true,
                         msg: format!(
-                            "--{name} is deprecated in 3.5 and will be decommissioned in 3.6."
+                            "--{name} is deprecated in 3.5 and will be decommissioned in 3.6. ({})",
+                            flags::NO_V2
                         ),
                         fields: vec![],
                     });
                 }
             }
         }
-        let gates = resolve_gates(values).map_err(Exit::Verify)?;
         if values.is_set("feature-gates") {
             out.push(Notice {
                 warn: false,
@@ -617,7 +620,7 @@ impl Config {
             let (name, url) = part
                 .split_once('=')
                 .ok_or_else(|| format!("invalid --initial-cluster entry {part:?}"))?;
-            validate_url(url)?;
+            flags::check_url(url)?;
             match members.iter_mut().find(|m| m.name == name) {
                 Some(m) => m.peer_urls.push(url.to_string()),
                 None => members.push(InitialMember {
@@ -682,20 +685,7 @@ impl Config {
                 self.election_timeout, self.heartbeat_interval
             ));
         }
-        if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
-            return Err(format!(
-                "invalid value {:?} for --initial-cluster-state (valid: new, existing)",
-                self.initial_cluster_state
-            ));
-        }
-        for u in split_urls(&self.listen_client_urls)
-            .iter()
-            .chain(split_urls(&self.listen_peer_urls).iter())
-            .chain(split_urls(&self.listen_metrics_urls).iter())
-            .chain(split_urls(&self.listen_client_http_urls).iter())
-        {
-            validate_url(u)?;
-        }
+        // URL lists and --initial-cluster-state were checked when parsed.
         self.initial_members()?;
         Ok(())
     }
@@ -707,13 +697,6 @@ pub fn split_urls(s: &str) -> Vec<String> {
         .filter(|p| !p.is_empty())
         .map(String::from)
         .collect()
-}
-
-fn validate_url(u: &str) -> Result<(), String> {
-    if !(u.starts_with("http://") || u.starts_with("https://") || u.starts_with("unix://")) {
-        return Err(format!("URL scheme must be http, https, unix: {u}"));
-    }
-    Ok(())
 }
 
 /// `http://host:port[/]` → `host:port`, resolving `localhost` to 127.0.0.1
