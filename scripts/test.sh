@@ -83,5 +83,13 @@ fi
 cargo build --workspace --bins
 target_dir="${CARGO_TARGET_DIR:-target}"
 export RETCD_BIN="${RETCD_BIN:-$(realpath -m "$target_dir/debug/retcd")}"
+# The failpoints build of the server (robustness and corruption tests), in
+# the same target dir: only the retcd crates are compiled a second time.
+# Built here, not inside a test, so no test's time limit includes a build.
+if [ -z "${RETCD_FAILPOINTS_BIN:-}" ]; then
+    cargo build -p retcd-server --bin retcd-failpoints --features failpoints
+    export RETCD_FAILPOINTS_BIN
+    RETCD_FAILPOINTS_BIN="$(realpath -m "$target_dir/debug/retcd-failpoints")"
+fi
 
 cargo test --workspace

@@ -36,9 +36,10 @@ use retcd_launch::{free_port, initial_cluster, MemberFlags};
 
 use crate::timing::FAST;
 
-/// The retcd binary built with `--features failpoints` into
-/// `target/failpoints` (built once per test process; `$RETCD_FAILPOINTS_BIN`
-/// overrides).
+/// The `retcd-failpoints` binary (the server with `--features failpoints`):
+/// `$RETCD_FAILPOINTS_BIN`, which scripts/test.sh builds before the tests,
+/// or else built once per test process into `target/failpoints` (a second
+/// target dir: the running `cargo test` holds the first one's lock).
 pub fn failpoints_retcd_bin() -> PathBuf {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -53,7 +54,7 @@ pub fn failpoints_retcd_bin() -> PathBuf {
                 "-p",
                 "retcd-server",
                 "--bin",
-                "retcd",
+                "retcd-failpoints",
                 "--features",
                 "failpoints",
                 "--target-dir",
@@ -65,7 +66,7 @@ pub fn failpoints_retcd_bin() -> PathBuf {
         if !status.success() {
             return Err(format!("building the failpoints retcd failed: {status}"));
         }
-        Ok(root.join("target/failpoints/debug/retcd"))
+        Ok(root.join("target/failpoints/debug/retcd-failpoints"))
     })
     .clone()
     .unwrap_or_else(|e| panic!("{e}"))

@@ -1,0 +1,94 @@
+//! The server's entry, shared by the `retcd` binary (main.rs) and the
+//! `retcd-failpoints` binary (bin/retcd-failpoints.rs): same flags and
+//! ETCD_* variables as `etcd`.
+
+use retcd_server::config::{flags, Config, Exit};
+
+/// mimalloc: glibc malloc was 20-30% of CPU under load (docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+pub(crate) fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let cfg = match Config::load(&args, &env) {
+        Ok(cfg) => cfg,
+        Err(e) => exit_on(e),
+    };
+    // A panic on the raft thread or the watch-sync thread stops the whole
+    // process (fail-stop): a member whose raft loop died must not keep
+    // serving. In the failpoints build every panic does (crash points).
+    // A panic in a request task only fails that request (tokio catches it).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        let critical = matches!(std::thread::current().name(), Some("raft" | "watch-sync"));
+        if critical || cfg!(feature = "failpoints") {
+            std::process::abort()
+        }
+    }));
+    // Failpoints build only: FAILPOINTS configures them.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
+    if let Err(e) = retcd_server::log::init(&cfg) {
+        eprintln!("retcd: {e}");
+        std::process::exit(1);
+    }
+    let argv: Vec<String> = std::env::args().collect();
+    tracing::info!(args = ?argv, "Running: ");
+    for n in &cfg.notices {
+        retcd_server::log::notice(n);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("retcd-worker")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("retcd: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(retcd_server::run::run(cfg)) {
+        tracing::error!("{e:#}");
+        eprintln!("retcd: {e:#}");
+        std::process::exit(1);
+    }
+    drop(rt);
+    retcd_server::run::reraise_signal();
+}
+
+/// etcd's answers to what stops it before it starts: help and version on
+/// stdout (exit 0), flag errors with the usage block (exit 2), the rest
+/// logged as etcd logs them (exit 1).
+fn exit_on(e: Exit) -> ! {
+    match e {
+        Exit::Help => {
+            eprintln!("{}", flags::USAGE);
+            println!("{}", flags::help_text());
+            std::process::exit(0)
+        }
+        Exit::Version => {
+            print!("{}", retcd_server::config::version::version_text());
+            std::process::exit(0)
+        }
+        Exit::Usage(msg) => {
+            eprintln!("{msg}");
+            eprintln!("{}", flags::USAGE);
+            std::process::exit(2)
+        }
+        Exit::Verify(msg) => {
+            retcd_server::log::early("warn", "failed to verify flags", &[("error", msg)]);
+            std::process::exit(1)
+        }
+        Exit::Fatal(msg, fields) => {
+            retcd_server::log::early("fatal", &msg, &fields);
+            std::process::exit(1)
+        }
+        Exit::Plain(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(1)
+        }
+    }
+}
