@@ -88,7 +88,7 @@ async fn history(c: &Cluster, width: usize, txns: usize, clients: usize) -> i64 
     last
 }
 
-/// One member's snapshot (Maintenance.Snapshot, retcd's dump format).
+/// One member's snapshot (Maintenance.Snapshot: an etcd backend file).
 async fn snapshot_bytes(c: &Cluster, i: usize) -> Vec<u8> {
     let mut cl = c.client(i).await.unwrap();
     let mut s = cl.snapshot().await.unwrap();
@@ -106,14 +106,17 @@ struct KeyTable {
 }
 
 fn parse_snapshot(data: &[u8]) -> KeyTable {
-    let n = retcd_mvcc::dump_len(data).expect("a retcd snapshot");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snapshot.db");
+    std::fs::write(&path, data).unwrap();
+    let r = retcd_etcdfmt::BoltReader::open(&path).expect("an etcd snapshot");
     let mut t = KeyTable {
         rows: BTreeMap::new(),
         scheduled: -1,
         finished: -1,
     };
     let rev = |v: &[u8]| retcd_mvcc::Revision::parse(v).unwrap().0.main;
-    for (table, k, v) in retcd_mvcc::kvstore::parse_dump(&data[..n]).unwrap() {
+    retcd_etcdfmt::read_backend(&r, &mut |table, k, v| {
         match (table, k) {
             (1, _) => {
                 t.rows.insert(k.to_vec(), v.to_vec());
@@ -122,7 +125,9 @@ fn parse_snapshot(data: &[u8]) -> KeyTable {
             (2, b"finishedCompactRev") => t.finished = rev(v),
             _ => {}
         }
-    }
+        Ok(())
+    })
+    .unwrap();
     t
 }
 

@@ -630,7 +630,7 @@ async fn test_quota_checked_at_apply_on_a_follower() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn test_snapshot_save_and_restore_into_new_cluster() {
     if test_flavor() != Flavor::Retcd {
-        return; // retcdutl restores retcd snapshots only
+        return; // the restored cluster is started with retcd
     }
     bounded(LIMIT, async {
         let src = Cluster::start(Flavor::Retcd, 3, FAST).await.unwrap();
@@ -784,7 +784,23 @@ async fn test_corrupted_snapshot_refused() {
         std::fs::write(&bad, &data).unwrap();
         let truncated = c.dir().join("short.db");
         std::fs::write(&truncated, &data[..mid]).unwrap();
-        for (path, skip) in [(&bad, false), (&truncated, false), (&bad, true)] {
+        // Both meta pages of the bbolt file damaged.
+        let mut metas = std::fs::read(&file).unwrap();
+        metas[20] ^= 0xff;
+        metas[4096 + 20] ^= 0xff;
+        let no_meta = c.dir().join("nometa.db");
+        std::fs::write(&no_meta, &metas).unwrap();
+        for (path, skip, want) in [
+            (&bad, false, "expected sha256"),
+            (
+                &truncated,
+                false,
+                "snapshot missing hash but --skip-hash-check=false",
+            ),
+            (&truncated, true, "truncated"),
+            (&no_meta, true, "invalid database"),
+            (&no_meta, false, "expected sha256"),
+        ] {
             let dd = c.dir().join("restored.etcd");
             let p = path.display().to_string();
             let d = dd.display().to_string();
@@ -796,13 +812,14 @@ async fn test_corrupted_snapshot_refused() {
             assert!(!out.status.success(), "{out:?}");
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(
-                err.contains("is corrupted or not a retcd snapshot"),
-                "{err}"
+                err.contains(want),
+                "{path:?} skip={skip}: want {want:?} in {err}"
             );
             assert!(!dd.exists());
         }
-        let out = retcdutl(&["snapshot", "status", &bad.display().to_string()]);
+        let out = retcdutl(&["snapshot", "status", &no_meta.display().to_string()]);
         assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("invalid database"));
     })
     .await;
 }

@@ -447,52 +447,100 @@ impl KvStore {
     /// and rebuilds the index. Waits for the open batch, if any.
     pub fn restore_from(&self, snapshot: &[u8]) -> Result<(), MvccError> {
         let records = parse_dump(snapshot)?;
-        let _guard = self.batch_lock.lock();
-        let txn = self.backend.db().begin_write()?;
-        txn.delete_table(KEY)?;
-        txn.delete_table(META)?;
-        txn.delete_table(MEMBERS)?;
-        txn.delete_table(LEASES)?;
-        txn.delete_table(ALARM)?;
-        txn.delete_table(AUTH)?;
-        {
-            let mut key = txn.open_table(KEY)?;
-            let mut meta = txn.open_table(META)?;
-            let mut members = txn.open_table(MEMBERS)?;
-            let mut leases = txn.open_table(LEASES)?;
-            let mut alarm = txn.open_table(ALARM)?;
-            let mut auth = txn.open_table(AUTH)?;
-            let int_key = |k: &[u8]| -> Result<[u8; 8], MvccError> {
-                k.try_into()
-                    .map_err(|_| MvccError::Backend("invalid integer key in snapshot".into()))
-            };
+        self.restore_with(&mut |put| {
             for (table, k, v) in &records {
-                match *table {
-                    1 => {
-                        key.insert(*k, *v)?;
-                    }
-                    2 => {
-                        let name = std::str::from_utf8(k).map_err(|_| {
-                            MvccError::Backend("invalid meta key in snapshot".into())
-                        })?;
-                        meta.insert(name, *v)?;
-                    }
-                    3 => {
-                        members.insert(u64::from_be_bytes(int_key(k)?), *v)?;
-                    }
-                    5 => {
-                        alarm.insert(*k, *v)?;
-                    }
-                    6 => {
-                        auth.insert(*k, *v)?;
-                    }
-                    _ => {
-                        leases.insert(i64::from_be_bytes(int_key(k)?), *v)?;
+                put(*table, k, v)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Replaces every table with the records `fill` hands to its sink
+    /// (`(table, key, value)`, tables numbered as in [`KvStore::dump`]),
+    /// durably, and rebuilds the index. The records are written in
+    /// transactions of about 64 MiB, so a store of any size is restored in
+    /// bounded memory; only the last commit is durable, and a failed
+    /// restore leaves the tables partly filled (restore into a new store).
+    pub fn restore_with(
+        &self,
+        fill: &mut dyn FnMut(
+            &mut dyn FnMut(u8, &[u8], &[u8]) -> Result<(), MvccError>,
+        ) -> Result<(), MvccError>,
+    ) -> Result<(), MvccError> {
+        const BATCH_BYTES: usize = 64 << 20;
+        let _guard = self.batch_lock.lock();
+        let mut batch: Vec<(u8, Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut bytes = 0usize;
+        let mut first = true;
+        let write = |batch: &mut Vec<(u8, Vec<u8>, Vec<u8>)>,
+                     first: &mut bool,
+                     policy: CommitPolicy|
+         -> Result<(), MvccError> {
+            let txn = self.backend.db().begin_write()?;
+            if std::mem::take(first) {
+                for t in [KEY, ALARM, AUTH] {
+                    txn.delete_table(t)?;
+                }
+                txn.delete_table(META)?;
+                txn.delete_table(MEMBERS)?;
+                txn.delete_table(LEASES)?;
+            }
+            {
+                let mut key = txn.open_table(KEY)?;
+                let mut meta = txn.open_table(META)?;
+                let mut members = txn.open_table(MEMBERS)?;
+                let mut leases = txn.open_table(LEASES)?;
+                let mut alarm = txn.open_table(ALARM)?;
+                let mut auth = txn.open_table(AUTH)?;
+                let int_key = |k: &[u8]| -> Result<[u8; 8], MvccError> {
+                    k.try_into()
+                        .map_err(|_| MvccError::Backend("invalid integer key in snapshot".into()))
+                };
+                for (table, k, v) in batch.drain(..) {
+                    let (k, v) = (k.as_slice(), v.as_slice());
+                    match table {
+                        1 => {
+                            key.insert(k, v)?;
+                        }
+                        2 => {
+                            let name = std::str::from_utf8(k).map_err(|_| {
+                                MvccError::Backend("invalid meta key in snapshot".into())
+                            })?;
+                            meta.insert(name, v)?;
+                        }
+                        3 => {
+                            members.insert(u64::from_be_bytes(int_key(k)?), v)?;
+                        }
+                        4 => {
+                            leases.insert(i64::from_be_bytes(int_key(k)?), v)?;
+                        }
+                        5 => {
+                            alarm.insert(k, v)?;
+                        }
+                        6 => {
+                            auth.insert(k, v)?;
+                        }
+                        t => {
+                            return Err(MvccError::Backend(format!(
+                                "unknown table {t} in snapshot"
+                            )))
+                        }
                     }
                 }
             }
-        }
-        commit_with(txn, CommitPolicy::Durable)?;
+            commit_with(txn, policy)?;
+            Ok(())
+        };
+        fill(&mut |table, k, v| {
+            bytes += k.len() + v.len() + 16;
+            batch.push((table, k.to_vec(), v.to_vec()));
+            if bytes >= BATCH_BYTES {
+                write(&mut batch, &mut first, CommitPolicy::Visible)?;
+                bytes = 0;
+            }
+            Ok(())
+        })?;
+        write(&mut batch, &mut first, CommitPolicy::Durable)?;
         let snapshot = Arc::new(self.backend.begin_read()?);
         let l = load(&snapshot)?;
         let mut index = self.index.write();
@@ -530,7 +578,7 @@ impl Drop for KvStore {
     }
 }
 
-pub(crate) const DUMP_MAGIC: &[u8] = b"RETCDMVCC1";
+pub const DUMP_MAGIC: &[u8] = b"RETCDMVCC1";
 
 /// One record of a dump: (table, key, value); see [`KvStore::dump`].
 pub type DumpRecord<'a> = (u8, &'a [u8], &'a [u8]);

@@ -44,8 +44,9 @@ fn io_err(e: std::io::Error) -> MvccError {
 }
 
 impl SnapshotDump {
-    /// Calls `f(table, key, value)` for every record, in dump order.
-    fn for_each(
+    /// Calls `f(table, key, value)` for every record, in dump order (tables
+    /// numbered as in [`KvStore::dump`], integer keys as 8 bytes BE).
+    pub fn for_each_record(
         &self,
         mut f: impl FnMut(u8, &[u8], &[u8]) -> Result<(), MvccError>,
     ) -> Result<(), MvccError> {
@@ -85,7 +86,7 @@ impl SnapshotDump {
     /// The exact length of [`SnapshotDump::write_to`]'s output.
     pub fn size(&self) -> Result<u64, MvccError> {
         let mut n = DUMP_MAGIC.len() as u64 + 1 + 4;
-        self.for_each(|_, k, v| {
+        self.for_each_record(|_, k, v| {
             n += 9 + k.len() as u64 + v.len() as u64;
             Ok(())
         })?;
@@ -105,7 +106,7 @@ impl SnapshotDump {
             w.write_all(b).map_err(io_err)
         };
         put(w, DUMP_MAGIC)?;
-        self.for_each(|table, k, v| {
+        self.for_each_record(|table, k, v| {
             put(w, &[table])?;
             put(w, &(k.len() as u32).to_be_bytes())?;
             put(w, k)?;

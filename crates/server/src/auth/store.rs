@@ -19,10 +19,10 @@ use retcd_storage::backend::{Backend, AUTH};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-const ENABLED_KEY: &[u8] = b"enabled";
-const REVISION_KEY: &[u8] = b"revision";
-const USER_PREFIX: &[u8] = b"u/";
-const ROLE_PREFIX: &[u8] = b"r/";
+use retcd_storage::backend::{
+    AUTH_ENABLED_KEY as ENABLED_KEY, AUTH_REVISION_KEY as REVISION_KEY,
+    AUTH_ROLE_PREFIX as ROLE_PREFIX, AUTH_USER_PREFIX as USER_PREFIX,
+};
 
 /// The applied users and roles.
 #[derive(Debug, Default)]

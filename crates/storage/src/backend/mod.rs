@@ -54,6 +54,14 @@ pub const ALARM: TableDefinition<&[u8], &[u8]> = TableDefinition::new("alarm");
 /// one table): `"enabled"` -> [0|1], `"revision"` -> u64 BE, `"u/" ++ name`
 /// -> encoded `authpb.User`, `"r/" ++ name` -> encoded `authpb.Role`.
 pub const AUTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("auth");
+/// [`AUTH`] key: auth enabled, `[1]` or `[0]` (etcd's `auth/authEnabled`).
+pub const AUTH_ENABLED_KEY: &[u8] = b"enabled";
+/// [`AUTH`] key: the auth revision, u64 BE (etcd's `auth/authRevision`).
+pub const AUTH_REVISION_KEY: &[u8] = b"revision";
+/// [`AUTH`] key prefix of a user (etcd's `authUsers` bucket).
+pub const AUTH_USER_PREFIX: &[u8] = b"u/";
+/// [`AUTH`] key prefix of a role (etcd's `authRoles` bucket).
+pub const AUTH_ROLE_PREFIX: &[u8] = b"r/";
 
 /// Default redb page cache: small. Reads that miss it are served from the
 /// OS page cache (a pread); 32 MiB of it made up a third of the server's RSS

@@ -9,8 +9,6 @@
 //! snapshot restore` verifies.
 
 use crate::api::credentials;
-use crate::api::error_map::to_status;
-use crate::error::ServerError;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::maintenance_server::Maintenance;
 use retcd_api::etcdserverpb::{
@@ -76,6 +74,70 @@ impl std::io::Write for ChunkWriter {
     }
 }
 
+/// Writes the store at `dump`'s revision as an etcd backend (a bbolt file
+/// with etcd's buckets, what `etcdctl snapshot status/restore` and etcd
+/// read) into a temporary file under `dir`, then streams the file through
+/// `w` in etcd's 32 KiB chunks. The file is built from one read snapshot
+/// while writes go on, in bounded batches; it is deleted when sent (or
+/// when the stream fails). Returns the bytes sent (before the SHA-256).
+fn send_etcd_backend(
+    dump: &retcd_mvcc::SnapshotDump,
+    dir: &std::path::Path,
+    etcd_version: &str,
+    w: &mut ChunkWriter,
+) -> anyhow::Result<u64> {
+    use anyhow::Context;
+    use std::io::{Read, Write};
+    let tmp = tempfile::Builder::new()
+        .prefix("retcd-snapshot-")
+        .suffix(".db.part")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    // bbolt-rs creates the file itself: hand it a path that does not exist
+    // (the temp file's path, freed) and remove it again when done.
+    let path = tmp.path().to_path_buf();
+    drop(tmp);
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _remove = Remove(path.clone());
+    let mut bw = retcd_etcdfmt::BackendWriter::create(&path, etcd_version)?;
+    let mut convert_err = None;
+    dump.for_each_record(|t, k, v| {
+        bw.add(t, k, v).map_err(|e| {
+            let msg = e.to_string();
+            convert_err = Some(e);
+            retcd_mvcc::MvccError::Backend(msg)
+        })
+    })?;
+    if let Some(e) = convert_err {
+        return Err(e.into());
+    }
+    bw.finish()?;
+    let mut f = std::fs::File::open(&path)?;
+    let total = f.metadata()?.len();
+    w.total = total;
+    tracing::info!(
+        revision = dump.revision,
+        bytes = total,
+        size = %retcd_etcdfmt::human_bytes(total),
+        "sending database snapshot"
+    );
+    let mut buf = vec![0u8; SNAPSHOT_CHUNK];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        w.write_all(&buf[..n])?;
+    }
+    w.flush()?;
+    Ok(total)
+}
+
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(
@@ -127,57 +189,44 @@ impl Maintenance for MaintenanceService {
         let creds = credentials(&self.server, request.metadata());
         let dump = self.server.snapshot(&creds)?;
         let header = self.server.header(dump.revision);
+        let dir = self.server.cfg.snap_dir();
+        let version = self.server.cfg.etcd_version.clone();
         let (tx, rx) = mpsc::channel(8);
         tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
-            // etcd's clients expect the data before the hash to be a
-            // multiple of 512 bytes (a bolt file is): pad with zeros.
-            let total = match dump.size() {
-                Ok(n) => n + (512 - n % 512) % 512,
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(to_status(ServerError::from(e))));
-                    return;
-                }
-            };
-            tracing::info!(
-                revision = dump.revision,
-                bytes = total,
-                "sending database snapshot"
-            );
             let mut w = ChunkWriter {
                 tx: tx.clone(),
                 buf: Vec::with_capacity(SNAPSHOT_CHUNK),
                 sha: Sha256::new(),
-                total,
+                total: 0,
                 sent: 0,
                 header: Some(header),
             };
-            if let Err(e) = dump.write_to(&mut w) {
-                tracing::warn!(error = %e, "snapshot stream stopped");
-                let _ = tx.blocking_send(Err(to_status(ServerError::from(e))));
-                return;
+            match send_etcd_backend(&dump, &dir, &version, &mut w) {
+                Ok(total) => {
+                    let sha = w.sha.finalize().to_vec();
+                    let _ = tx.blocking_send(Ok(SnapshotResponse {
+                        header: None,
+                        remaining_bytes: 0,
+                        blob: sha,
+                    }));
+                    crate::metrics::global()
+                        .backend_snapshot
+                        .observe(started.elapsed().as_secs_f64());
+                    tracing::info!(
+                        revision = dump.revision,
+                        bytes = total,
+                        took = %crate::log::GoDuration(started.elapsed()),
+                        "sent database snapshot"
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "snapshot stream stopped");
+                    let _ = tx.blocking_send(Err(Status::internal(format!(
+                        "etcdserver: snapshot failed: {e}"
+                    ))));
+                }
             }
-            let pad = vec![0u8; (total - w.sent - w.buf.len() as u64) as usize];
-            if std::io::Write::write_all(&mut w, &pad)
-                .and_then(|()| std::io::Write::flush(&mut w))
-                .is_err()
-            {
-                return;
-            }
-            let sha = w.sha.finalize().to_vec();
-            let _ = tx.blocking_send(Ok(SnapshotResponse {
-                header: None,
-                remaining_bytes: 0,
-                blob: sha,
-            }));
-            crate::metrics::global()
-                .backend_snapshot
-                .observe(started.elapsed().as_secs_f64());
-            tracing::info!(
-                revision = dump.revision,
-                bytes = total,
-                "sent database snapshot"
-            );
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

@@ -1,0 +1,580 @@
+//! Data moves between etcd and retcd both ways (issue 15), with etcd's own
+//! tools on the other side:
+//!
+//! * retcd → `etcdctl snapshot save` (3.4.23 and 3.5.1) → `etcdctl snapshot
+//!   status` / `etcdutl snapshot status` (same figures as `retcdutl`) →
+//!   `etcdctl snapshot restore` (3.4) / `etcdutl snapshot restore` (3.5) →
+//!   real etcd on the restored data dir serves every key with its
+//!   revisions, the compaction point, the lease with its key, auth (users,
+//!   roles, permissions, enabled);
+//! * real etcd 3.4.23 / 3.5.1 → `etcdctl snapshot save` → `retcdutl
+//!   snapshot status` (etcdutl's figures) and `restore` → retcd serves the
+//!   same;
+//! * `retcdutl migrate` on the data dir of a real etcd SIGKILLed under
+//!   writes (its backend committed rarely, so the WAL holds most of them):
+//!   every acknowledged put is in retcd at the revision etcd gave it, and a
+//!   running etcd is refused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
+use retcd_tests::{
+    bounded, etcd351_bin, etcd_bin, etcdctl, etcdctl35, grpc_error, Cluster, Flavor,
+};
+use retcd_tests::{limit::LONG as LIMIT, FAST, READY};
+
+fn retcdutl_bin() -> PathBuf {
+    Flavor::Retcd.binary().with_file_name("retcdutl")
+}
+
+fn etcdutl_bin() -> PathBuf {
+    retcd_tests::etcdctl35_bin().with_file_name("etcdutl")
+}
+
+/// Runs `bin args` and returns (success, stdout, stderr).
+fn run(bin: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin)
+        .args(args)
+        .env_remove("ETCDCTL_ENDPOINTS")
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", bin.display()));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Which etcd is on the other side.
+#[derive(Clone, Copy, Debug)]
+enum Etcd {
+    V3_4,
+    V3_5,
+}
+
+impl Etcd {
+    fn server(self) -> PathBuf {
+        match self {
+            Etcd::V3_4 => etcd_bin(),
+            Etcd::V3_5 => etcd351_bin(),
+        }
+    }
+    fn ctl(self, endpoints: &[String], args: &[&str]) -> retcd_tests::Output {
+        match self {
+            Etcd::V3_4 => etcdctl(endpoints, args),
+            Etcd::V3_5 => etcdctl35(endpoints, args),
+        }
+    }
+    /// `snapshot status FILE -w json` with the tool of this version.
+    fn status_json(self, file: &str) -> serde_json::Value {
+        let out = match self {
+            Etcd::V3_4 => {
+                let o = etcdctl(&[], &["snapshot", "status", file, "-w", "json"]);
+                assert!(o.success(), "{o:?}");
+                o.stdout
+            }
+            Etcd::V3_5 => {
+                let (ok, stdout, stderr) =
+                    run(&etcdutl_bin(), &["snapshot", "status", file, "-w", "json"]);
+                assert!(ok, "{stderr}");
+                stdout
+            }
+        };
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+    /// `snapshot restore FILE` for member `m` of a cluster `initial`/`token`.
+    fn restore(self, file: &str, m: &retcd_tests::Member, initial: &str, token: &str) {
+        let dd = m.data_dir().display().to_string();
+        let peer = m.peer_url();
+        let args = [
+            "snapshot",
+            "restore",
+            file,
+            "--name",
+            &m.name,
+            "--initial-cluster",
+            initial,
+            "--initial-cluster-token",
+            token,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--data-dir",
+            &dd,
+        ];
+        match self {
+            Etcd::V3_4 => {
+                let o = etcdctl(&[], &args);
+                assert!(o.success(), "{o:?}");
+            }
+            Etcd::V3_5 => {
+                let (ok, _, stderr) = run(&etcdutl_bin(), &args);
+                assert!(ok, "{stderr}");
+            }
+        }
+    }
+}
+
+async fn root_client(endpoints: &[String]) -> Client {
+    Client::connect(
+        endpoints,
+        Some(
+            ConnectOptions::new()
+                .with_user("root", "rootpw")
+                .with_timeout(Duration::from_secs(5)),
+        ),
+    )
+    .await
+    .unwrap()
+}
+
+/// What a restore must carry over: revisions, compaction, lease, auth.
+struct Fill {
+    lease: i64,
+    compacted: i64,
+}
+
+/// Writes keys over several revisions, deletes some, compacts, attaches a
+/// key to a lease, and sets up auth (root, a role with a read permission,
+/// a user with it) and enables it.
+async fn fill(cl: &mut Client) -> Fill {
+    for i in 0..120 {
+        cl.put(format!("k/{:03}", i % 50), format!("v{i}"), None)
+            .await
+            .unwrap();
+    }
+    cl.delete("k/007", None).await.unwrap();
+    cl.delete(
+        "k/01",
+        Some(etcd_client::DeleteOptions::new().with_prefix()),
+    )
+    .await
+    .unwrap();
+    let r = cl.put("mid", "x", None).await.unwrap();
+    let compacted = r.header().unwrap().revision();
+    for i in 0..20 {
+        cl.put(format!("k/{:03}", i), format!("after{i}"), None)
+            .await
+            .unwrap();
+    }
+    cl.compact(compacted, None).await.unwrap();
+    let lease = cl.lease_grant(900, None).await.unwrap().id();
+    cl.put("leased", "l", Some(PutOptions::new().with_lease(lease)))
+        .await
+        .unwrap();
+    cl.user_add("root", "rootpw", None).await.unwrap();
+    cl.user_grant_role("root", "root").await.unwrap();
+    cl.role_add("reader").await.unwrap();
+    cl.role_grant_permission("reader", etcd_client::Permission::read("k/").with_prefix())
+        .await
+        .unwrap();
+    cl.user_add("alice", "alicepw", None).await.unwrap();
+    cl.user_grant_role("alice", "reader").await.unwrap();
+    cl.auth_enable().await.unwrap();
+    Fill { lease, compacted }
+}
+
+type Row = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
+
+/// Everything a member serves of the filled data, read as root.
+#[derive(Debug, PartialEq)]
+struct Served {
+    revision: i64,
+    rows: Vec<Row>,
+    lease_keys: Vec<Vec<u8>>,
+    users: Vec<String>,
+    reader_perms: Vec<(i32, Vec<u8>, Vec<u8>)>,
+}
+
+async fn served(endpoints: &[String], f: &Fill) -> Served {
+    let mut cl = root_client(endpoints).await;
+    let all = cl
+        .get("", Some(GetOptions::new().with_all_keys()))
+        .await
+        .unwrap();
+    let rows = all
+        .kvs()
+        .iter()
+        .map(|k| {
+            (
+                k.key().to_vec(),
+                k.value().to_vec(),
+                k.create_revision(),
+                k.mod_revision(),
+                k.version(),
+                k.lease(),
+            )
+        })
+        .collect();
+    // Below the compaction point: compacted; at it: served.
+    let e = cl
+        .get(
+            "k/",
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_revision(f.compacted - 1),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        grpc_error(&e).map(|(_, m)| m),
+        Some("etcdserver: mvcc: required revision has been compacted".to_string())
+    );
+    cl.get(
+        "k/",
+        Some(GetOptions::new().with_prefix().with_revision(f.compacted)),
+    )
+    .await
+    .unwrap();
+    let ttl = cl
+        .lease_time_to_live(
+            f.lease,
+            Some(etcd_client::LeaseTimeToLiveOptions::new().with_keys()),
+        )
+        .await
+        .unwrap();
+    assert!(ttl.ttl() > 0 && ttl.granted_ttl() == 900, "{ttl:?}");
+    let mut users = cl.user_list().await.unwrap().users().to_vec();
+    users.sort();
+    let role = cl.role_get("reader").await.unwrap();
+    let reader_perms = role
+        .permissions()
+        .iter()
+        .map(|p| (p.get_type(), p.key().to_vec(), p.range_end().to_vec()))
+        .collect();
+    // Auth is on: alice reads k/ and may not write; no token, no read.
+    let mut alice = Client::connect(
+        endpoints,
+        Some(ConnectOptions::new().with_user("alice", "alicepw")),
+    )
+    .await
+    .unwrap();
+    alice.get("k/000", None).await.unwrap();
+    let e = alice.put("k/000", "no", None).await.unwrap_err();
+    assert_eq!(
+        grpc_error(&e).map(|(_, m)| m),
+        Some("etcdserver: permission denied".to_string())
+    );
+    let mut anon = Client::connect(endpoints, None).await.unwrap();
+    assert!(anon.get("k/000", None).await.is_err());
+    Served {
+        revision: all.header().unwrap().revision(),
+        rows,
+        lease_keys: ttl.keys().to_vec(),
+        users,
+        reader_perms,
+    }
+}
+
+/// A cluster of `flavor` (server `bin`) whose one member's data dir is made
+/// by `restore(member, initial_cluster, token)` before it starts.
+async fn restored_cluster(
+    flavor: Flavor,
+    bin: PathBuf,
+    restore: impl Fn(&retcd_tests::Member, &str, &str),
+) -> Cluster {
+    let mut c = Cluster::create_with_binary(flavor, bin, 1, FAST).unwrap();
+    let initial = format!("{}={}", c.members[0].name, c.members[0].peer_url());
+    let token = c.token();
+    restore(&c.members[0], &initial, &token);
+    c.start_all().await.unwrap();
+    c.wait_all_ready(READY).await.unwrap();
+    c
+}
+
+fn status_figures(v: &serde_json::Value) -> (i64, i64, i64, i64) {
+    let n = |k: &str| v[k].as_i64().unwrap_or_else(|| panic!("{k} in {v}"));
+    (n("hash"), n("revision"), n("totalKey"), n("totalSize"))
+}
+
+async fn retcd_to_etcd(etcd: Etcd) {
+    let src = Cluster::start(Flavor::Retcd, 1, FAST).await.unwrap();
+    let mut cl = src.client(0).await.unwrap();
+    let f = fill(&mut cl).await;
+    let want = served(&src.endpoints(), &f).await;
+    assert!(want.rows.len() > 40, "{want:?}");
+
+    let file = src.dir().join("retcd.db");
+    let file_s = file.display().to_string();
+    let out = etcd.ctl(
+        &src.endpoints(),
+        &["--user", "root:rootpw", "snapshot", "save", &file_s],
+    );
+    assert!(out.success(), "{out:?}");
+    // etcd's tool and retcdutl read the same figures from the file.
+    let theirs = status_figures(&etcd.status_json(&file_s));
+    let (ok, ours, err) = run(
+        &retcdutl_bin(),
+        &["snapshot", "status", &file_s, "-w", "json"],
+    );
+    assert!(ok, "{err}");
+    let ours = status_figures(&serde_json::from_str(ours.trim()).unwrap());
+    assert_eq!(ours, theirs);
+    assert_eq!(theirs.1, want.revision);
+
+    let dst = restored_cluster(Flavor::Etcd, etcd.server(), |m, initial, token| {
+        etcd.restore(&file_s, m, initial, token)
+    })
+    .await;
+    let got = served(&dst.endpoints(), &f).await;
+    assert_eq!(got, want, "etcd {etcd:?} restored from retcd's snapshot");
+    // It takes writes at the next revision.
+    let mut c = root_client(&dst.endpoints()).await;
+    let r = c.put("new", "1", None).await.unwrap();
+    assert_eq!(r.header().unwrap().revision(), want.revision + 1);
+}
+
+async fn etcd_to_retcd(etcd: Etcd) {
+    let src = Cluster::start_with_binary(Flavor::Etcd, etcd.server(), 1, FAST)
+        .await
+        .unwrap();
+    let mut cl = src.client(0).await.unwrap();
+    let f = fill(&mut cl).await;
+    let want = served(&src.endpoints(), &f).await;
+
+    let file = src.dir().join("etcd.db");
+    let file_s = file.display().to_string();
+    let out = etcd.ctl(
+        &src.endpoints(),
+        &["--user", "root:rootpw", "snapshot", "save", &file_s],
+    );
+    assert!(out.success(), "{out:?}");
+    let theirs = status_figures(&etcd.status_json(&file_s));
+    let (ok, ours, err) = run(
+        &retcdutl_bin(),
+        &["snapshot", "status", &file_s, "-w", "json"],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        status_figures(&serde_json::from_str(ours.trim()).unwrap()),
+        theirs
+    );
+
+    let dst = restored_cluster(
+        Flavor::Retcd,
+        Flavor::Retcd.binary(),
+        |m, initial, token| {
+            let dd = m.data_dir().display().to_string();
+            let peer = m.peer_url();
+            let (ok, _, err) = run(
+                &retcdutl_bin(),
+                &[
+                    "snapshot",
+                    "restore",
+                    &file_s,
+                    "--name",
+                    &m.name,
+                    "--initial-cluster",
+                    initial,
+                    "--initial-cluster-token",
+                    token,
+                    "--initial-advertise-peer-urls",
+                    &peer,
+                    "--data-dir",
+                    &dd,
+                ],
+            );
+            assert!(ok, "{err}");
+        },
+    )
+    .await;
+    let got = served(&dst.endpoints(), &f).await;
+    assert_eq!(got, want, "retcd restored from etcd {etcd:?}'s snapshot");
+    let mut c = root_client(&dst.endpoints()).await;
+    let r = c.put("new", "1", None).await.unwrap();
+    assert_eq!(r.header().unwrap().revision(), want.revision + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_retcd_snapshot_restored_and_served_by_etcd_3_4() {
+    bounded(LIMIT, retcd_to_etcd(Etcd::V3_4)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_retcd_snapshot_restored_and_served_by_etcd_3_5() {
+    bounded(LIMIT, retcd_to_etcd(Etcd::V3_5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_etcd_3_4_snapshot_restored_and_served_by_retcd() {
+    bounded(LIMIT, etcd_to_retcd(Etcd::V3_4)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_etcd_3_5_snapshot_restored_and_served_by_retcd() {
+    bounded(LIMIT, etcd_to_retcd(Etcd::V3_5)).await;
+}
+
+/// A real etcd member takes concurrent puts, deletes and a user add; it
+/// is SIGKILLed while they run. `retcdutl migrate` takes its backend and
+/// replays its WAL tail: every acknowledged put is in retcd with the
+/// revision etcd acknowledged, every acknowledged delete is gone, the user
+/// exists. With `slow_backend` etcd commits its backend only every 60 s,
+/// so nearly everything is in the WAL alone (the replay must carry it);
+/// else it commits every 100 ms as by default (the backend must carry most
+/// of it: its consistent index is past the start).
+async fn migrate_after_sigkill(etcd: Etcd, slow_backend: bool) {
+    let mut flags: Vec<&str> = FAST.to_vec();
+    if slow_backend {
+        flags.extend([
+            "--backend-batch-interval",
+            "60s",
+            "--backend-batch-limit",
+            "10000000",
+        ]);
+    }
+    let mut src = Cluster::start_with_binary(Flavor::Etcd, etcd.server(), 1, &flags)
+        .await
+        .unwrap();
+    let mut cl = src.client(0).await.unwrap();
+    cl.user_add("carol", "carolpw", None).await.unwrap();
+    // Acknowledged puts: key -> (value, revision); acknowledged deletes.
+    let acked: Arc<Mutex<Vec<(String, String, i64)>>> = Arc::default();
+    let deleted: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let mut c = src.client(0).await.unwrap();
+        let (acked, deleted) = (acked.clone(), deleted.clone());
+        writers.push(tokio::spawn(async move {
+            for i in 0.. {
+                let key = format!("w{w}/{i:06}");
+                let val = format!("value-{w}-{i}");
+                match c.put(key.as_str(), val.as_str(), None).await {
+                    Ok(r) => {
+                        let rev = r.header().unwrap().revision();
+                        acked.lock().unwrap().push((key.clone(), val, rev));
+                    }
+                    Err(_) => return,
+                }
+                if i % 10 == 9 {
+                    let victim = format!("w{w}/{:06}", i - 5);
+                    match c.delete(victim.as_str(), None).await {
+                        Ok(_) => deleted.lock().unwrap().push(victim),
+                        Err(_) => return,
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dd = src.members[0].data_dir().to_path_buf();
+    let dd_s = dd.display().to_string();
+
+    // While etcd runs, its db is locked: refused.
+    let target = tempfile::tempdir().unwrap();
+    let early = target.path().join("early.etcd").display().to_string();
+    let (ok, _, err) = run(
+        &retcdutl_bin(),
+        &["migrate", "--etcd-data-dir", &dd_s, "--data-dir", &early],
+    );
+    assert!(!ok && err.contains("still running"), "{err}");
+    assert!(!Path::new(&early).exists());
+
+    src.members[0].kill();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let deleted = deleted.lock().unwrap().clone();
+    assert!(acked.len() > 100, "only {} puts acknowledged", acked.len());
+
+    let mut dst = Cluster::create(Flavor::Retcd, 1, FAST).unwrap();
+    let m = &dst.members[0];
+    let initial = format!("{}={}", m.name, m.peer_url());
+    let token = dst.token();
+    let out_dd = m.data_dir().display().to_string();
+    let peer = m.peer_url();
+    let (ok, stdout, stderr) = run(
+        &retcdutl_bin(),
+        &[
+            "migrate",
+            "--etcd-data-dir",
+            &dd_s,
+            "--name",
+            &m.name,
+            "--initial-cluster",
+            &initial,
+            "--initial-cluster-token",
+            &token,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--data-dir",
+            &out_dd,
+        ],
+    );
+    assert!(ok, "{stderr}");
+    eprintln!("{stderr}{stdout}");
+    let replayed: usize = stdout
+        .split(" plus ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no replay count in {stdout:?}"));
+    let applied: u64 = stderr
+        .split("applied through raft index ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no consistent index in {stderr:?}"));
+    if slow_backend {
+        // The fault mattered: most of the writes were only in the WAL.
+        assert!(
+            replayed > acked.len() / 2,
+            "{replayed} entries replayed for {} acknowledged puts",
+            acked.len()
+        );
+    } else {
+        assert!(applied > 100, "the backend holds only index {applied}");
+    }
+    dst.start_all().await.unwrap();
+    let mut rc = dst.client(0).await.unwrap();
+    let all = rc
+        .get("w", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let have: std::collections::HashMap<Vec<u8>, (Vec<u8>, i64)> = all
+        .kvs()
+        .iter()
+        .map(|k| (k.key().to_vec(), (k.value().to_vec(), k.mod_revision())))
+        .collect();
+    let mut missing = Vec::new();
+    for (k, v, rev) in &acked {
+        if deleted.contains(k) {
+            continue;
+        }
+        match have.get(k.as_bytes()) {
+            Some((val, r)) => {
+                assert_eq!(val, v.as_bytes(), "{k}");
+                assert_eq!(*r, *rev, "{k}: mod revision");
+            }
+            None => missing.push(k.clone()),
+        }
+    }
+    assert!(missing.is_empty(), "acknowledged puts lost: {missing:?}");
+    for k in &deleted {
+        assert!(!have.contains_key(k.as_bytes()), "deleted {k} is back");
+    }
+    let max_acked = acked.iter().map(|a| a.2).max().unwrap();
+    assert!(all.header().unwrap().revision() >= max_acked);
+    let users = rc.user_list().await.unwrap();
+    assert_eq!(users.users(), ["carol"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_migrate_etcd_3_5_data_dir_after_sigkill() {
+    bounded(LIMIT, migrate_after_sigkill(Etcd::V3_5, true)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_migrate_etcd_3_5_data_dir_committed_backend_after_sigkill() {
+    bounded(LIMIT, migrate_after_sigkill(Etcd::V3_5, false)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_migrate_etcd_3_4_data_dir_after_sigkill() {
+    bounded(LIMIT, migrate_after_sigkill(Etcd::V3_4, true)).await;
+}
