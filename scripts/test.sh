@@ -71,12 +71,13 @@ fi
 # and tooz over etcd3gw, all Debian's (run by Debian's /usr/bin/python3).
 need_apps=0
 for f in /usr/bin/patroni /usr/lib/postgresql/15/bin/postgres \
-    /usr/lib/python3/dist-packages/tooz /usr/lib/python3/dist-packages/etcd3gw; do
+    /usr/lib/python3/dist-packages/tooz /usr/lib/python3/dist-packages/etcd3gw \
+    /usr/lib/python3/dist-packages/etcd3; do
     [ -e "$f" ] || need_apps=1
 done
 if [ "$need_apps" = 1 ]; then
-    echo "test.sh: installing patroni, postgresql, python3-tooz, python3-etcd3gw"
-    apt_install patroni postgresql python3-tooz python3-etcd3gw
+    echo "test.sh: installing patroni, postgresql, python3-tooz, python3-etcd3gw, python3-etcd3"
+    apt_install patroni postgresql python3-tooz python3-etcd3gw python3-etcd3
 fi
 
 # The integration tests start the retcd binary built here.

@@ -57,6 +57,7 @@ impl EtcdServer {
         .map_err(|e| anyhow::anyhow!("failed to create the token provider: {e}"))?;
         std::fs::create_dir_all(cfg.snap_dir())
             .with_context(|| format!("cannot create data dir {}", cfg.snap_dir().display()))?;
+        remove_partial_snapshots(&cfg.snap_dir());
         let backend = Arc::new(
             Backend::open(&cfg.backend_path())
                 .map_err(|e| anyhow::anyhow!("cannot open backend: {e}"))?,
@@ -301,6 +302,24 @@ impl EtcdServer {
 
 /// Restarting: the WAL's metadata, snapshot record, hard state and entries
 /// go into `storage`.
+/// Removes what a `Maintenance.Snapshot` interrupted by a crash left in the
+/// snap dir (its temporary etcd-format backend, `retcd-snapshot-*.db.part`).
+fn remove_partial_snapshots(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("retcd-snapshot-") && name.ends_with(".db.part") {
+            match std::fs::remove_file(e.path()) {
+                Ok(()) => tracing::info!(path = %e.path().display(), "removed a partial snapshot file"),
+                Err(err) => tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a partial snapshot file"),
+            }
+        }
+    }
+}
+
 fn replay_wal(cfg: &Config, storage: &RaftStorage) -> anyhow::Result<Opened> {
     let wal_dir = cfg.wal_dir();
     let (wal, contents) = Wal::open(&wal_dir)
