@@ -313,8 +313,12 @@ fn remove_partial_snapshots(dir: &std::path::Path) {
         let name = name.to_string_lossy();
         if name.starts_with("retcd-snapshot-") && name.ends_with(".db.part") {
             match std::fs::remove_file(e.path()) {
-                Ok(()) => tracing::info!(path = %e.path().display(), "removed a partial snapshot file"),
-                Err(err) => tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a partial snapshot file"),
+                Ok(()) => {
+                    tracing::info!(path = %e.path().display(), "removed a partial snapshot file")
+                }
+                Err(err) => {
+                    tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a partial snapshot file")
+                }
             }
         }
     }
