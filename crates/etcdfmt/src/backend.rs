@@ -8,7 +8,7 @@
 //! | `members`         | member id, hex               | JSON (`id`, `peerURLs`, ...)  | `members` (3), `retcdpb.Member`  |
 //! | `members_removed` | member id, hex               | `removed`                     | (none: retcd keeps no tombstones)|
 //! | `lease`           | lease id, 8 B BE             | `leasepb.Lease`               | `lease` (4), same bytes          |
-//! | `alarm`           | `etcdserverpb.AlarmMember`   | empty                         | `alarm` (5), id BE ++ type BE    |
+//! | `alarm`           | `etcdserverpb.AlarmMember`   | empty                         | `alarm` (5), same bytes          |
 //! | `auth`            | `authEnabled`, `authRevision`| 1 B, u64 BE                   | `auth` (6), `enabled`/`revision` |
 //! | `authUsers`       | user name                    | `authpb.User`                 | `auth` (6), `u/` ++ name         |
 //! | `authRoles`       | role name                    | `authpb.Role`                 | `auth` (6), `r/` ++ name         |
@@ -120,18 +120,7 @@ pub fn to_etcd(
             Some(("members", format!("{:x}", m.id).into_bytes(), json))
         }
         table::LEASES => Some(("lease", k.to_vec(), v.to_vec())),
-        table::ALARM => {
-            if k.len() != 12 {
-                return Err(bad(format!("alarm key of {} bytes", k.len())));
-            }
-            let member = u64::from_be_bytes(k[..8].try_into().expect("8 bytes"));
-            let alarm = u32::from_be_bytes(k[8..].try_into().expect("4 bytes"));
-            let am = AlarmMember {
-                member_id: member,
-                alarm: alarm as i32,
-            };
-            Some(("alarm", am.encode_to_vec(), Vec::new()))
-        }
+        table::ALARM => Some(("alarm", k.to_vec(), v.to_vec())),
         table::AUTH => {
             if k == AUTH_ENABLED_KEY {
                 Some(("auth", b"authEnabled".to_vec(), v.to_vec()))
@@ -203,11 +192,8 @@ pub fn from_etcd(
         }
         b"alarm" => {
             let am = AlarmMember::decode(k).map_err(|e| bad(format!("alarm: {e}")))?;
-            let alarm = AlarmType::try_from(am.alarm)
-                .map_err(|_| bad(format!("alarm type {}", am.alarm)))?;
-            let mut key = am.member_id.to_be_bytes().to_vec();
-            key.extend_from_slice(&(alarm as u32).to_be_bytes());
-            Some((table::ALARM, key, Vec::new()))
+            AlarmType::try_from(am.alarm).map_err(|_| bad(format!("alarm type {}", am.alarm)))?;
+            Some((table::ALARM, k.to_vec(), Vec::new()))
         }
         b"auth" => match k {
             b"authEnabled" => Some((table::AUTH, AUTH_ENABLED_KEY.to_vec(), v.to_vec())),

@@ -41,8 +41,10 @@ impl From<bbolt_rs::Error> for FormatError {
 }
 
 /// Bytes of rows buffered before a bbolt transaction commits them: bounds
-/// the writer's memory whatever the store's size.
-const BATCH_BYTES: usize = 16 << 20;
+/// the writer's memory whatever the store's size. bbolt-rs holds about ten
+/// times a transaction's rows while committing it: 4 MiB grew the server
+/// by ~40 MiB during a snapshot, 16 MiB by ~150 MiB (docs/benchmarks.md).
+const BATCH_BYTES: usize = 4 << 20;
 
 /// Writes an etcd-format backend file (bbolt with etcd's ten buckets).
 pub struct BackendWriter {

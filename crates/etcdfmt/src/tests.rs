@@ -58,8 +58,11 @@ fn sample(dir: &Path, n: i64) -> (std::path::PathBuf, Vec<(u8, Vec<u8>, Vec<u8>)
         7i64.to_be_bytes().to_vec(),
         lease.encode_to_vec(),
     ));
-    let mut alarm = 5u64.to_be_bytes().to_vec();
-    alarm.extend_from_slice(&1u32.to_be_bytes());
+    let alarm = retcd_api::etcdserverpb::AlarmMember {
+        member_id: 5,
+        alarm: 1,
+    }
+    .encode_to_vec();
     rows.push((table::ALARM, alarm, Vec::new()));
     rows.push((table::AUTH, b"enabled".to_vec(), vec![1]));
     let role = retcd_api::authpb::Role {
@@ -336,7 +339,7 @@ fn test_wal_segments_read_as_etcd_writes_them() {
             let at = (rng.next() % data.len() as u64) as usize;
             data[at] = rng.next() as u8;
         }
-        if rng.next() % 3 == 0 {
+        if rng.next().is_multiple_of(3) {
             data.truncate((rng.next() % data.len() as u64) as usize);
         }
         std::fs::write(dir.path().join(name), &data).unwrap();

@@ -47,8 +47,8 @@ pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub const MEMBERS: TableDefinition<u64, &[u8]> = TableDefinition::new("members");
 /// lease id -> encoded lease.
 pub const LEASES: TableDefinition<i64, &[u8]> = TableDefinition::new("lease");
-/// alarm (member id u64 BE ++ alarm type u32 BE) -> empty (etcd's `alarm`
-/// bucket: one entry per raised alarm).
+/// encoded `etcdserverpb.AlarmMember` -> empty (etcd's `alarm` bucket, same
+/// keys: one entry per raised alarm).
 pub const ALARM: TableDefinition<&[u8], &[u8]> = TableDefinition::new("alarm");
 /// The auth store (etcd's `auth`, `authUsers` and `authRoles` buckets in
 /// one table): `"enabled"` -> [0|1], `"revision"` -> u64 BE, `"u/" ++ name`

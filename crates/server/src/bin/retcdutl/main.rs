@@ -459,8 +459,8 @@ fn restore_etcd_rows(kv: &KvStore, r: &BoltReader) -> anyhow::Result<u64> {
     Ok(rows)
 }
 
-/// Makes the new cluster's member out of a filled backend: its members, no
-/// alarms, and a log that starts after a snapshot at index 1, term 1 (as a
+/// Makes the new cluster's member out of a filled backend: its members
+/// (the snapshot's alarms kept), and a log that starts after a snapshot at index 1, term 1 (as a
 /// new cluster's does), followed by `entries` (encoded retcd requests),
 /// committed, for the member to apply when it starts.
 fn finish_member(
@@ -474,12 +474,14 @@ fn finish_member(
     {
         let txn = backend.db().begin_write()?;
         txn.delete_table(MEMBERS)?;
-        txn.delete_table(ALARM)?;
         {
             let mut t = txn.open_table(MEMBERS)?;
             for m in &nc.members {
                 t.insert(m.id, m.encode_to_vec().as_slice())?;
             }
+            // Alarms stay, as etcdutl's restore keeps etcd's alarm bucket
+            // (a NOSPACE raised before the snapshot still refuses writes
+            // until `alarm disarm`).
             txn.open_table(ALARM)?;
             let mut meta = txn.open_table(META)?;
             meta.insert(CONSISTENT_INDEX_KEY, INDEX.to_be_bytes().as_slice())?;
