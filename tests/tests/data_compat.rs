@@ -48,6 +48,32 @@ fn run(bin: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `retcdutl snapshot restore FILE` for member `m` of a cluster
+/// `initial`/`token`.
+fn retcdutl_restore(file: &str, m: &retcd_tests::Member, initial: &str, token: &str) {
+    let dd = m.data_dir().display().to_string();
+    let peer = m.peer_url();
+    let (ok, _, err) = run(
+        &retcdutl_bin(),
+        &[
+            "snapshot",
+            "restore",
+            file,
+            "--name",
+            &m.name,
+            "--initial-cluster",
+            initial,
+            "--initial-cluster-token",
+            token,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--data-dir",
+            &dd,
+        ],
+    );
+    assert!(ok, "{err}");
+}
+
 /// Which etcd is on the other side.
 #[derive(Clone, Copy, Debug)]
 enum Etcd {
@@ -357,29 +383,7 @@ async fn etcd_to_retcd(etcd: Etcd) {
     let dst = restored_cluster(
         Flavor::Retcd,
         Flavor::Retcd.binary(),
-        |m, initial, token| {
-            let dd = m.data_dir().display().to_string();
-            let peer = m.peer_url();
-            let (ok, _, err) = run(
-                &retcdutl_bin(),
-                &[
-                    "snapshot",
-                    "restore",
-                    &file_s,
-                    "--name",
-                    &m.name,
-                    "--initial-cluster",
-                    initial,
-                    "--initial-cluster-token",
-                    token,
-                    "--initial-advertise-peer-urls",
-                    &peer,
-                    "--data-dir",
-                    &dd,
-                ],
-            );
-            assert!(ok, "{err}");
-        },
+        |m, initial, token| retcdutl_restore(&file_s, m, initial, token),
     )
     .await;
     let got = served(&dst.endpoints(), &f).await;
@@ -707,27 +711,7 @@ async fn test_nospace_alarm_kept_by_restore_both_ways() {
                 if dst_flavor == Flavor::Etcd {
                     Etcd::V3_5.restore(&file, m, initial, token);
                 } else {
-                    let dd = m.data_dir().display().to_string();
-                    let peer = m.peer_url();
-                    let (ok, _, err) = run(
-                        &retcdutl_bin(),
-                        &[
-                            "snapshot",
-                            "restore",
-                            &file,
-                            "--name",
-                            &m.name,
-                            "--initial-cluster",
-                            initial,
-                            "--initial-cluster-token",
-                            token,
-                            "--initial-advertise-peer-urls",
-                            &peer,
-                            "--data-dir",
-                            &dd,
-                        ],
-                    );
-                    assert!(ok, "{err}");
+                    retcdutl_restore(&file, m, initial, token);
                 }
             })
             .await;
