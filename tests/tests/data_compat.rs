@@ -204,6 +204,23 @@ async fn fill(cl: &mut Client) -> Fill {
 
 type Row = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
 
+/// Every key of `r` with its value, revisions, version and lease.
+fn rows_of(r: &etcd_client::GetResponse) -> Vec<Row> {
+    r.kvs()
+        .iter()
+        .map(|k| {
+            (
+                k.key().to_vec(),
+                k.value().to_vec(),
+                k.create_revision(),
+                k.mod_revision(),
+                k.version(),
+                k.lease(),
+            )
+        })
+        .collect()
+}
+
 /// Everything a member serves of the filled data, read as root.
 #[derive(Debug, PartialEq)]
 struct Served {
@@ -220,20 +237,7 @@ async fn served(endpoints: &[String], f: &Fill) -> Served {
         .get("", Some(GetOptions::new().with_all_keys()))
         .await
         .unwrap();
-    let rows = all
-        .kvs()
-        .iter()
-        .map(|k| {
-            (
-                k.key().to_vec(),
-                k.value().to_vec(),
-                k.create_revision(),
-                k.mod_revision(),
-                k.version(),
-                k.lease(),
-            )
-        })
-        .collect();
+    let rows = rows_of(&all);
     // Below the compaction point: compacted; at it: served.
     let e = cl
         .get(
@@ -723,6 +727,105 @@ async fn test_nospace_alarm_kept_by_restore_both_ways() {
                 "{src_flavor:?} -> {dst_flavor:?}"
             );
         }
+    })
+    .await;
+}
+
+/// A snapshot taken while writers run is the store at exactly one
+/// revision: restored, it serves exactly what the source serves at that
+/// revision (`get --rev R`), and the writes went on during the save.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_snapshot_under_writes_is_one_revision() {
+    bounded(LIMIT, async {
+        let src = Cluster::start(Flavor::Retcd, 1, FAST).await.unwrap();
+        let mut cl = src.client(0).await.unwrap();
+        let big = vec![b'v'; 2000];
+        for i in 0..3000 {
+            cl.put(format!("k/{:05}", i % 1500), big.clone(), None)
+                .await
+                .unwrap();
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for w in 0..3 {
+            let mut c = src.client(0).await.unwrap();
+            let stop = stop.clone();
+            writers.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    c.put(
+                        format!("k/{:05}", (n * 7 + w) % 1500),
+                        format!("w{w}-{n}"),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let before = cl
+            .get("x", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        let file = src.dir().join("live.db").display().to_string();
+        let eps = src.endpoints();
+        let out =
+            tokio::task::spawn_blocking(move || etcdctl35(&eps, &["snapshot", "save", &file]))
+                .await
+                .unwrap();
+        assert!(out.success(), "{out:?}");
+        let after = cl
+            .get("x", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut written = 0;
+        for w in writers {
+            written += w.await.unwrap();
+        }
+        assert!(
+            after > before,
+            "no write during the save ({before} → {after})"
+        );
+        assert!(written > 0);
+
+        let file = src.dir().join("live.db").display().to_string();
+        let dst = restored_cluster(
+            Flavor::Retcd,
+            Flavor::Retcd.binary(),
+            |m, initial, token| retcdutl_restore(&file, m, initial, token),
+        )
+        .await;
+        let mut dc = dst.client(0).await.unwrap();
+        let got = dc
+            .get("", Some(GetOptions::new().with_all_keys()))
+            .await
+            .unwrap();
+        let rev = got.header().unwrap().revision();
+        assert!(
+            rev > before && rev < after,
+            "snapshot at {rev}, writes {before}..{after}"
+        );
+        let want = cl
+            .get(
+                "",
+                Some(GetOptions::new().with_all_keys().with_revision(rev)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            rows_of(&got),
+            rows_of(&want),
+            "restored state differs from the source at {rev}"
+        );
     })
     .await;
 }
