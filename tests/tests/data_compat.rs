@@ -321,21 +321,30 @@ fn status_figures(v: &serde_json::Value) -> (i64, i64, i64, i64) {
     (n("hash"), n("revision"), n("totalKey"), n("totalSize"))
 }
 
-async fn retcd_to_etcd(etcd: Etcd) {
-    let src = Cluster::start(Flavor::Retcd, 1, FAST).await.unwrap();
+/// Fills a 1-member cluster of `from`, saves a snapshot with `etcd`'s
+/// etcdctl, checks that `etcd`'s status tool and `retcdutl` read the same
+/// figures from it, restores it into a member of `to` (with that side's
+/// tool) and compares what both serve; the restored member takes the next
+/// write at the next revision.
+async fn round_trip(etcd: Etcd, from: Flavor, to: Flavor) {
+    let bin = |f: Flavor| match f {
+        Flavor::Etcd => etcd.server(),
+        _ => Flavor::Retcd.binary(),
+    };
+    let src = Cluster::start_with_binary(from, bin(from), 1, FAST)
+        .await
+        .unwrap();
     let mut cl = src.client(0).await.unwrap();
     let f = fill(&mut cl).await;
     let want = served(&src.endpoints(), &f).await;
     assert!(want.rows.len() > 40, "{want:?}");
 
-    let file = src.dir().join("retcd.db");
-    let file_s = file.display().to_string();
+    let file_s = src.dir().join("backup.db").display().to_string();
     let out = etcd.ctl(
         &src.endpoints(),
         &["--user", "root:rootpw", "snapshot", "save", &file_s],
     );
     assert!(out.success(), "{out:?}");
-    // etcd's tool and retcdutl read the same figures from the file.
     let theirs = status_figures(&etcd.status_json(&file_s));
     let (ok, ours, err) = run(
         &retcdutl_bin(),
@@ -346,55 +355,24 @@ async fn retcd_to_etcd(etcd: Etcd) {
     assert_eq!(ours, theirs);
     assert_eq!(theirs.1, want.revision);
 
-    let dst = restored_cluster(Flavor::Etcd, etcd.server(), |m, initial, token| {
-        etcd.restore(&file_s, m, initial, token)
+    let dst = restored_cluster(to, bin(to), |m, initial, token| match to {
+        Flavor::Etcd => etcd.restore(&file_s, m, initial, token),
+        _ => retcdutl_restore(&file_s, m, initial, token),
     })
     .await;
     let got = served(&dst.endpoints(), &f).await;
-    assert_eq!(got, want, "etcd {etcd:?} restored from retcd's snapshot");
-    // It takes writes at the next revision.
+    assert_eq!(got, want, "{from:?} -> {to:?} with etcd {etcd:?}'s tools");
     let mut c = root_client(&dst.endpoints()).await;
     let r = c.put("new", "1", None).await.unwrap();
     assert_eq!(r.header().unwrap().revision(), want.revision + 1);
 }
 
+async fn retcd_to_etcd(etcd: Etcd) {
+    round_trip(etcd, Flavor::Retcd, Flavor::Etcd).await
+}
+
 async fn etcd_to_retcd(etcd: Etcd) {
-    let src = Cluster::start_with_binary(Flavor::Etcd, etcd.server(), 1, FAST)
-        .await
-        .unwrap();
-    let mut cl = src.client(0).await.unwrap();
-    let f = fill(&mut cl).await;
-    let want = served(&src.endpoints(), &f).await;
-
-    let file = src.dir().join("etcd.db");
-    let file_s = file.display().to_string();
-    let out = etcd.ctl(
-        &src.endpoints(),
-        &["--user", "root:rootpw", "snapshot", "save", &file_s],
-    );
-    assert!(out.success(), "{out:?}");
-    let theirs = status_figures(&etcd.status_json(&file_s));
-    let (ok, ours, err) = run(
-        &retcdutl_bin(),
-        &["snapshot", "status", &file_s, "-w", "json"],
-    );
-    assert!(ok, "{err}");
-    assert_eq!(
-        status_figures(&serde_json::from_str(ours.trim()).unwrap()),
-        theirs
-    );
-
-    let dst = restored_cluster(
-        Flavor::Retcd,
-        Flavor::Retcd.binary(),
-        |m, initial, token| retcdutl_restore(&file_s, m, initial, token),
-    )
-    .await;
-    let got = served(&dst.endpoints(), &f).await;
-    assert_eq!(got, want, "retcd restored from etcd {etcd:?}'s snapshot");
-    let mut c = root_client(&dst.endpoints()).await;
-    let r = c.put("new", "1", None).await.unwrap();
-    assert_eq!(r.header().unwrap().revision(), want.revision + 1);
+    round_trip(etcd, Flavor::Etcd, Flavor::Retcd).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
