@@ -98,3 +98,25 @@ pub fn grpc_error(e: &etcd_client::Error) -> Option<(tonic::Code, String)> {
         _ => None,
     }
 }
+
+/// One key as a Range returns it: key, value, create and mod revision,
+/// version, lease.
+pub type KvRow = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
+
+/// Every key of a Range response with everything it carries, for comparing
+/// what two members (or two servers) serve.
+pub fn kv_rows(r: &etcd_client::GetResponse) -> Vec<KvRow> {
+    r.kvs()
+        .iter()
+        .map(|k| {
+            (
+                k.key().to_vec(),
+                k.value().to_vec(),
+                k.create_revision(),
+                k.mod_revision(),
+                k.version(),
+                k.lease(),
+            )
+        })
+        .collect()
+}

@@ -24,6 +24,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
 use retcd_tests::{
     bounded, etcd351_bin, etcd_bin, etcdctl, etcdctl35, grpc_error, Cluster, Flavor,
 };
+use retcd_tests::{kv_rows as rows_of, KvRow as Row};
 use retcd_tests::{limit::LONG as LIMIT, FAST, READY};
 
 fn retcdutl_bin() -> PathBuf {
@@ -48,29 +49,34 @@ fn run(bin: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `snapshot restore FILE` and the flags that make member `m` of a new
+/// cluster `initial`/`token` (the same for etcdctl, etcdutl and retcdutl).
+fn restore_args(file: &str, m: &retcd_tests::Member, initial: &str, token: &str) -> Vec<String> {
+    [
+        "snapshot",
+        "restore",
+        file,
+        "--name",
+        &m.name,
+        "--initial-cluster",
+        initial,
+        "--initial-cluster-token",
+        token,
+        "--initial-advertise-peer-urls",
+        &m.peer_url(),
+        "--data-dir",
+        &m.data_dir().display().to_string(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// `retcdutl snapshot restore FILE` for member `m` of a cluster
 /// `initial`/`token`.
 fn retcdutl_restore(file: &str, m: &retcd_tests::Member, initial: &str, token: &str) {
-    let dd = m.data_dir().display().to_string();
-    let peer = m.peer_url();
-    let (ok, _, err) = run(
-        &retcdutl_bin(),
-        &[
-            "snapshot",
-            "restore",
-            file,
-            "--name",
-            &m.name,
-            "--initial-cluster",
-            initial,
-            "--initial-cluster-token",
-            token,
-            "--initial-advertise-peer-urls",
-            &peer,
-            "--data-dir",
-            &dd,
-        ],
-    );
+    let args = restore_args(file, m, initial, token);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, _, err) = run(&retcdutl_bin(), &args);
     assert!(ok, "{err}");
 }
 
@@ -113,23 +119,8 @@ impl Etcd {
     }
     /// `snapshot restore FILE` for member `m` of a cluster `initial`/`token`.
     fn restore(self, file: &str, m: &retcd_tests::Member, initial: &str, token: &str) {
-        let dd = m.data_dir().display().to_string();
-        let peer = m.peer_url();
-        let args = [
-            "snapshot",
-            "restore",
-            file,
-            "--name",
-            &m.name,
-            "--initial-cluster",
-            initial,
-            "--initial-cluster-token",
-            token,
-            "--initial-advertise-peer-urls",
-            &peer,
-            "--data-dir",
-            &dd,
-        ];
+        let args = restore_args(file, m, initial, token);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         match self {
             Etcd::V3_4 => {
                 let o = etcdctl(&[], &args);
@@ -200,25 +191,6 @@ async fn fill(cl: &mut Client) -> Fill {
     cl.user_grant_role("alice", "reader").await.unwrap();
     cl.auth_enable().await.unwrap();
     Fill { lease, compacted }
-}
-
-type Row = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
-
-/// Every key of `r` with its value, revisions, version and lease.
-fn rows_of(r: &etcd_client::GetResponse) -> Vec<Row> {
-    r.kvs()
-        .iter()
-        .map(|k| {
-            (
-                k.key().to_vec(),
-                k.value().to_vec(),
-                k.create_revision(),
-                k.mod_revision(),
-                k.version(),
-                k.lease(),
-            )
-        })
-        .collect()
 }
 
 /// Everything a member serves of the filled data, read as root.
@@ -420,11 +392,14 @@ async fn migrate_after_sigkill(etcd: Etcd, slow_backend: bool) {
     cl.user_add("carol", "carolpw", None).await.unwrap();
     // Acknowledged puts: key -> (value, revision); acknowledged deletes.
     let acked: Arc<Mutex<Vec<(String, String, i64)>>> = Arc::default();
+    // Deletes sent (acknowledged or not: one in flight at the kill may
+    // have been applied) and deletes acknowledged.
+    let deleting: Arc<Mutex<Vec<String>>> = Arc::default();
     let deleted: Arc<Mutex<Vec<String>>> = Arc::default();
     let mut writers = Vec::new();
     for w in 0..4 {
         let mut c = src.client(0).await.unwrap();
-        let (acked, deleted) = (acked.clone(), deleted.clone());
+        let (acked, deleting, deleted) = (acked.clone(), deleting.clone(), deleted.clone());
         writers.push(tokio::spawn(async move {
             for i in 0.. {
                 let key = format!("w{w}/{i:06}");
@@ -438,6 +413,7 @@ async fn migrate_after_sigkill(etcd: Etcd, slow_backend: bool) {
                 }
                 if i % 10 == 9 {
                     let victim = format!("w{w}/{:06}", i - 5);
+                    deleting.lock().unwrap().push(victim.clone());
                     match c.delete(victim.as_str(), None).await {
                         Ok(_) => deleted.lock().unwrap().push(victim),
                         Err(_) => return,
@@ -465,6 +441,7 @@ async fn migrate_after_sigkill(etcd: Etcd, slow_backend: bool) {
         w.await.unwrap();
     }
     let acked = acked.lock().unwrap().clone();
+    let deleting = deleting.lock().unwrap().clone();
     let deleted = deleted.lock().unwrap().clone();
     assert!(acked.len() > 100, "only {} puts acknowledged", acked.len());
 
@@ -522,6 +499,24 @@ async fn migrate_after_sigkill(etcd: Etcd, slow_backend: bool) {
         .get("w", Some(GetOptions::new().with_prefix()))
         .await
         .unwrap();
+    // The reference: etcd itself restarted on the same (untouched) data dir
+    // recovers exactly what retcd serves, key by key with revisions.
+    src.members[0].start();
+    src.wait_member_ready(0, READY).await.unwrap();
+    let mut ec = src.client(0).await.unwrap();
+    let recovered = ec
+        .get("w", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows_of(&all),
+        rows_of(&recovered),
+        "retcd after migrate differs from etcd restarted on its data dir"
+    );
+    assert_eq!(
+        all.header().unwrap().revision(),
+        recovered.header().unwrap().revision()
+    );
     let have: std::collections::HashMap<Vec<u8>, (Vec<u8>, i64)> = all
         .kvs()
         .iter()
@@ -529,18 +524,39 @@ async fn migrate_after_sigkill(etcd: Etcd, slow_backend: bool) {
         .collect();
     let mut missing = Vec::new();
     for (k, v, rev) in &acked {
-        if deleted.contains(k) {
-            continue;
-        }
         match have.get(k.as_bytes()) {
             Some((val, r)) => {
                 assert_eq!(val, v.as_bytes(), "{k}");
                 assert_eq!(*r, *rev, "{k}: mod revision");
             }
+            None if deleting.contains(k) => {}
             None => missing.push(k.clone()),
         }
     }
-    assert!(missing.is_empty(), "acknowledged puts lost: {missing:?}");
+    // A single etcd member may answer a put before its WAL write is issued
+    // (it applies committed entries while it persists them): the last put
+    // a writer had acknowledged can be gone from etcd's own data dir after
+    // a SIGKILL. Those are lost by etcd itself (checked above: etcd
+    // restarted on the data dir lacks them too); at most one per writer.
+    eprintln!(
+        "{} acknowledged puts; lost by etcd's data dir itself: {missing:?}",
+        acked.len()
+    );
+    assert!(missing.len() <= 4, "acknowledged puts lost: {missing:?}");
+    for w in 0..4 {
+        let last = acked
+            .iter()
+            .filter(|a| a.0.starts_with(&format!("w{w}/")))
+            .map(|a| &a.0)
+            .max();
+        for m in missing.iter().filter(|m| m.starts_with(&format!("w{w}/"))) {
+            assert_eq!(
+                Some(m),
+                last,
+                "lost {m} is not writer {w}'s last acknowledged put"
+            );
+        }
+    }
     for k in &deleted {
         assert!(!have.contains_key(k.as_bytes()), "deleted {k} is back");
     }

@@ -711,34 +711,8 @@ async fn test_snapshot_save_and_restore_into_new_cluster() {
                 .unwrap();
             assert_eq!(got.header().unwrap().revision(), want_rev, "member {i}");
             assert_ne!(got.header().unwrap().cluster_id(), old_cluster);
-            let a: Vec<_> = want
-                .kvs()
-                .iter()
-                .map(|k| {
-                    (
-                        k.key().to_vec(),
-                        k.value().to_vec(),
-                        k.create_revision(),
-                        k.mod_revision(),
-                        k.version(),
-                        k.lease(),
-                    )
-                })
-                .collect();
-            let b: Vec<_> = got
-                .kvs()
-                .iter()
-                .map(|k| {
-                    (
-                        k.key().to_vec(),
-                        k.value().to_vec(),
-                        k.create_revision(),
-                        k.mod_revision(),
-                        k.version(),
-                        k.lease(),
-                    )
-                })
-                .collect();
+            let a = retcd_tests::kv_rows(&want);
+            let b = retcd_tests::kv_rows(&got);
             assert_eq!(a, b, "member {i}");
         }
         let mut cd = dst.client_all().await.unwrap();
