@@ -95,14 +95,19 @@ impl EtcdServer {
         for a in self.alarms.get(AlarmType::None) {
             errors.push(alarm_string(&a));
         }
+        // The raft thread publishes the commit index at the end of its
+        // turn, after applying: read the applied index first, and never
+        // report less committed than applied (etcd's applied <= committed).
+        let applied = raft.applied_index();
+        let committed = raft.commit_index().max(applied);
         StatusResponse {
             header: self.current_header(),
             version: self.cfg.etcd_version.clone(),
             db_size: self.backend.size() as i64,
             leader,
-            raft_index: raft.commit_index(),
+            raft_index: committed,
             raft_term: raft.term(),
-            raft_applied_index: raft.applied_index(),
+            raft_applied_index: applied,
             errors,
             db_size_in_use: self.backend.size_in_use() as i64,
             is_learner: self.is_learner(),
