@@ -49,26 +49,36 @@ fn run(bin: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// `snapshot restore FILE` and the flags that make member `m` of a new
-/// cluster `initial`/`token` (the same for etcdctl, etcdutl and retcdutl).
+/// `cmd` (e.g. `snapshot restore FILE`) followed by the flags that make
+/// member `m` of a new cluster `initial`/`token` (the same for etcdctl,
+/// etcdutl and retcdutl's restore and migrate).
+fn new_member_args(
+    cmd: &[&str],
+    m: &retcd_tests::Member,
+    initial: &str,
+    token: &str,
+) -> Vec<String> {
+    let mut args: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+    args.extend(
+        [
+            "--name",
+            &m.name,
+            "--initial-cluster",
+            initial,
+            "--initial-cluster-token",
+            token,
+            "--initial-advertise-peer-urls",
+            &m.peer_url(),
+            "--data-dir",
+            &m.data_dir().display().to_string(),
+        ]
+        .map(String::from),
+    );
+    args
+}
+
 fn restore_args(file: &str, m: &retcd_tests::Member, initial: &str, token: &str) -> Vec<String> {
-    [
-        "snapshot",
-        "restore",
-        file,
-        "--name",
-        &m.name,
-        "--initial-cluster",
-        initial,
-        "--initial-cluster-token",
-        token,
-        "--initial-advertise-peer-urls",
-        &m.peer_url(),
-        "--data-dir",
-        &m.data_dir().display().to_string(),
-    ]
-    .map(String::from)
-    .to_vec()
+    new_member_args(&["snapshot", "restore", file], m, initial, token)
 }
 
 /// `retcdutl snapshot restore FILE` for member `m` of a cluster
@@ -339,32 +349,24 @@ async fn round_trip(etcd: Etcd, from: Flavor, to: Flavor) {
     assert_eq!(r.header().unwrap().revision(), want.revision + 1);
 }
 
-async fn retcd_to_etcd(etcd: Etcd) {
-    round_trip(etcd, Flavor::Retcd, Flavor::Etcd).await
-}
-
-async fn etcd_to_retcd(etcd: Etcd) {
-    round_trip(etcd, Flavor::Etcd, Flavor::Retcd).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn test_retcd_snapshot_restored_and_served_by_etcd_3_4() {
-    bounded(LIMIT, retcd_to_etcd(Etcd::V3_4)).await;
+    bounded(LIMIT, round_trip(Etcd::V3_4, Flavor::Retcd, Flavor::Etcd)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn test_retcd_snapshot_restored_and_served_by_etcd_3_5() {
-    bounded(LIMIT, retcd_to_etcd(Etcd::V3_5)).await;
+    bounded(LIMIT, round_trip(Etcd::V3_5, Flavor::Retcd, Flavor::Etcd)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn test_etcd_3_4_snapshot_restored_and_served_by_retcd() {
-    bounded(LIMIT, etcd_to_retcd(Etcd::V3_4)).await;
+    bounded(LIMIT, round_trip(Etcd::V3_4, Flavor::Etcd, Flavor::Retcd)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn test_etcd_3_5_snapshot_restored_and_served_by_retcd() {
-    bounded(LIMIT, etcd_to_retcd(Etcd::V3_5)).await;
+    bounded(LIMIT, round_trip(Etcd::V3_5, Flavor::Etcd, Flavor::Retcd)).await;
 }
 
 /// A real etcd member takes concurrent puts, deletes and a user add; it
@@ -449,26 +451,9 @@ async fn migrate_after_sigkill(etcd: Etcd, slow_backend: bool) {
     let m = &dst.members[0];
     let initial = format!("{}={}", m.name, m.peer_url());
     let token = dst.token();
-    let out_dd = m.data_dir().display().to_string();
-    let peer = m.peer_url();
-    let (ok, stdout, stderr) = run(
-        &retcdutl_bin(),
-        &[
-            "migrate",
-            "--etcd-data-dir",
-            &dd_s,
-            "--name",
-            &m.name,
-            "--initial-cluster",
-            &initial,
-            "--initial-cluster-token",
-            &token,
-            "--initial-advertise-peer-urls",
-            &peer,
-            "--data-dir",
-            &out_dd,
-        ],
-    );
+    let args = new_member_args(&["migrate", "--etcd-data-dir", &dd_s], m, &initial, &token);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, stdout, stderr) = run(&retcdutl_bin(), &args);
     assert!(ok, "{stderr}");
     eprintln!("{stderr}{stdout}");
     let replayed: usize = stdout

@@ -49,8 +49,9 @@ pub enum BoltError {
     Invalid(String),
 }
 
-fn invalid(why: impl Into<String>) -> BoltError {
-    BoltError::Invalid(why.into())
+/// A damaged-file error, as a [`BoltError`] or any error made from one.
+fn invalid<E: From<BoltError>>(why: impl Into<String>) -> E {
+    BoltError::Invalid(why.into()).into()
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -249,7 +250,7 @@ impl BoltReader {
     /// The top-level buckets, in name order.
     pub fn buckets(&self) -> Result<Vec<(Vec<u8>, BucketRoot)>, BoltError> {
         let mut out = Vec::new();
-        self.walk(&BucketRoot::Page(self.meta.root), &mut |k, v, bucket| {
+        self.walk::<BoltError>(&BucketRoot::Page(self.meta.root), &mut |k, v, bucket| {
             match bucket {
                 Some(root) => out.push((k.to_vec(), root)),
                 None => {
@@ -268,11 +269,13 @@ impl BoltReader {
     /// Calls `f(key, value, sub_bucket)` for every element of the bucket
     /// at `root`, in key order (`sub_bucket` is Some for a nested bucket,
     /// whose value is then its header).
-    pub fn walk(
+    /// `f`'s error type is the walk's: a damaged page becomes one through
+    /// `From<BoltError>`, and `f` may stop the walk with its own.
+    pub fn walk<E: From<BoltError>>(
         &self,
         root: &BucketRoot,
-        f: &mut dyn FnMut(&[u8], &[u8], Option<BucketRoot>) -> Result<(), BoltError>,
-    ) -> Result<(), BoltError> {
+        f: &mut dyn FnMut(&[u8], &[u8], Option<BucketRoot>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut seen = HashSet::new();
         match root {
             BucketRoot::Page(id) => self.walk_page(*id, 0, &mut seen, f),
@@ -286,13 +289,13 @@ impl BoltReader {
         }
     }
 
-    fn walk_page(
+    fn walk_page<E: From<BoltError>>(
         &self,
         id: u64,
         depth: usize,
         seen: &mut HashSet<u64>,
-        f: &mut dyn FnMut(&[u8], &[u8], Option<BucketRoot>) -> Result<(), BoltError>,
-    ) -> Result<(), BoltError> {
+        f: &mut dyn FnMut(&[u8], &[u8], Option<BucketRoot>) -> Result<(), E>,
+    ) -> Result<(), E> {
         if depth > MAX_DEPTH {
             return Err(invalid("tree deeper than 64 levels"));
         }
@@ -325,11 +328,11 @@ impl BoltReader {
         }
     }
 
-    fn walk_leaf(
+    fn walk_leaf<E: From<BoltError>>(
         &self,
         page: &[u8],
-        f: &mut dyn FnMut(&[u8], &[u8], Option<BucketRoot>) -> Result<(), BoltError>,
-    ) -> Result<(), BoltError> {
+        f: &mut dyn FnMut(&[u8], &[u8], Option<BucketRoot>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let count = usize::from(u16_at(page, 10));
         if PAGE_HEADER + count * ELEMENT > page.len() {
             return Err(invalid(format!("leaf page: {count} elements overflow it")));

@@ -164,7 +164,7 @@ pub fn status(r: &BoltReader) -> Result<Status, FormatError> {
     for (name, root) in r.buckets()? {
         hash = crc32c::crc32c_append(hash, &name);
         let is_key = name == b"key";
-        r.walk(&root, &mut |k, v, _| {
+        r.walk::<BoltError>(&root, &mut |k, v, _| {
             hash = crc32c::crc32c_append(hash, k);
             hash = crc32c::crc32c_append(hash, v);
             if is_key && k.len() >= 8 {
@@ -193,33 +193,19 @@ pub fn read_backend(
     // `key` first: the dump order retcd's restore expects is by table.
     buckets.sort_by_key(|(n, _)| n.as_slice() != b"key");
     for (name, root) in buckets {
-        let mut err = None;
-        r.walk(&root, &mut |k, v, sub| {
+        r.walk::<FormatError>(&root, &mut |k, v, sub| {
             if sub.is_some() {
                 return Err(BoltError::Invalid(format!(
                     "nested bucket {:?} in {:?}",
                     String::from_utf8_lossy(k),
                     String::from_utf8_lossy(&name)
-                )));
+                ))
+                .into());
             }
-            match from_etcd(&name, k, v) {
-                Ok(Some((t, k, v))) => {
-                    if let Err(e) = f(t, &k, &v) {
-                        err = Some(e);
-                        return Err(BoltError::Invalid(String::new()));
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    err = Some(FormatError::Convert(e));
-                    return Err(BoltError::Invalid(String::new()));
-                }
+            match from_etcd(&name, k, v)? {
+                Some((t, k, v)) => f(t, &k, &v),
+                None => Ok(()),
             }
-            Ok(())
-        })
-        .map_err(|e| match err.take() {
-            Some(e) => e,
-            None => FormatError::Bolt(e),
         })?;
     }
     Ok(())

@@ -94,28 +94,14 @@ fn send_etcd_backend(
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
     // bbolt-rs creates the file itself: hand it a path that does not exist
-    // (the temp file's path, freed) and remove it again when done.
-    let path = tmp.path().to_path_buf();
+    // (the temp file's, freed), removed again when done (TempPath's drop).
+    let path = tempfile::TempPath::try_from_path(tmp.path())?;
     drop(tmp);
-    struct Remove(std::path::PathBuf);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-    let _remove = Remove(path.clone());
     let mut bw = retcd_etcdfmt::BackendWriter::create(&path, etcd_version)?;
-    let mut convert_err = None;
     dump.for_each_record(|t, k, v| {
-        bw.add(t, k, v).map_err(|e| {
-            let msg = e.to_string();
-            convert_err = Some(e);
-            retcd_mvcc::MvccError::Backend(msg)
-        })
+        bw.add(t, k, v)
+            .map_err(|e| retcd_mvcc::MvccError::Backend(e.to_string()))
     })?;
-    if let Some(e) = convert_err {
-        return Err(e.into());
-    }
     bw.finish()?;
     let mut f = std::fs::File::open(&path)?;
     let total = f.metadata()?.len();

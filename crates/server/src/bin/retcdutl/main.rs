@@ -280,26 +280,12 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// What `snapshot status` prints.
-struct Stats {
-    hash: u32,
-    revision: i64,
-    total_keys: u64,
-    total_size: u64,
-}
-
-fn snapshot_stats(snap: &Snapshot, file: &Path) -> anyhow::Result<Stats> {
+/// What `snapshot status` prints (etcdutl's figures; for retcd's former
+/// format, its CRC and the file's size).
+fn snapshot_stats(snap: &Snapshot, file: &Path) -> anyhow::Result<retcd_etcdfmt::Status> {
     match snap {
-        Snapshot::Etcd(r) => {
-            let s = retcd_etcdfmt::status(r)
-                .with_context(|| format!("snapshot file {} is damaged", file.display()))?;
-            Ok(Stats {
-                hash: s.hash,
-                revision: s.revision,
-                total_keys: s.total_keys,
-                total_size: s.total_size,
-            })
-        }
+        Snapshot::Etcd(r) => retcd_etcdfmt::status(r)
+            .with_context(|| format!("snapshot file {} is damaged", file.display())),
         Snapshot::Retcd(dump) => {
             let records = parse_dump(dump)?;
             let mut revision = 0;
@@ -311,7 +297,7 @@ fn snapshot_stats(snap: &Snapshot, file: &Path) -> anyhow::Result<Stats> {
                 }
             }
             let crc = u32::from_be_bytes(dump[dump.len() - 4..].try_into().expect("4 bytes"));
-            Ok(Stats {
+            Ok(retcd_etcdfmt::Status {
                 hash: crc,
                 revision,
                 total_keys: records.len() as u64,
@@ -549,36 +535,35 @@ fn finish_member(
 fn restore(file: &Path, member: &NewMember, skip_hash_check: bool) -> anyhow::Result<()> {
     let nc = new_cluster(member)?;
     let snap = open_snapshot(file, skip_hash_check)?;
-    let stats = snapshot_stats(&snap, file)?;
     let data_dir = nc.cfg.data_dir();
     eprintln!(
-        "restoring snapshot {} (revision {}, {} records) into {}",
+        "restoring snapshot {} into {}",
         file.display(),
-        stats.revision,
-        stats.total_keys,
         data_dir.display()
     );
     let started = Instant::now();
-    let backend = restore_backend(&nc, &mut |kv| {
-        match &snap {
-            Snapshot::Retcd(dump) => kv
-                .restore_from(dump)
-                .map_err(|e| anyhow::anyhow!("cannot restore the snapshot: {e}"))?,
-            Snapshot::Etcd(r) => {
-                restore_etcd_rows(kv, r)?;
+    let mut rows = 0;
+    restore_backend(&nc, &mut |kv| {
+        rows = match &snap {
+            Snapshot::Retcd(dump) => {
+                kv.restore_from(dump)
+                    .map_err(|e| anyhow::anyhow!("cannot restore the snapshot: {e}"))?;
+                parse_dump(dump)?.len() as u64
             }
-        }
+            Snapshot::Etcd(r) => restore_etcd_rows(kv, r)?,
+        };
         Ok(())
+    })
+    .and_then(|backend| {
+        eprintln!(
+            "restored {rows} records in {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+        finish_member(&nc, backend, &[])
     })
     .inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&data_dir);
     })?;
-    eprintln!(
-        "restored {} records in {:.1}s",
-        stats.total_keys,
-        started.elapsed().as_secs_f64()
-    );
-    finish_member(&nc, backend, &[])?;
     println!(
         "restored snapshot to {} (member {:x}, cluster {:x})",
         data_dir.display(),

@@ -39,7 +39,7 @@ fn consistent_index(r: &BoltReader) -> anyhow::Result<u64> {
         bail!("the etcd backend has no meta bucket");
     };
     let mut ci = None;
-    r.walk(&meta, &mut |k, v, _| {
+    r.walk::<retcd_etcdfmt::BoltError>(&meta, &mut |k, v, _| {
         if k == b"consistent_index" && v.len() == 8 {
             ci = Some(u64::from_be_bytes(v.try_into().expect("8 bytes")));
         }
@@ -79,12 +79,9 @@ pub(crate) fn migrate(
     let r = BoltReader::from_file(db.try_clone()?)
         .with_context(|| format!("cannot read the etcd backend {}", db_path.display()))?;
     let ci = consistent_index(&r)?;
-    let status = retcd_etcdfmt::status(&r)?;
     eprintln!(
-        "etcd backend {}: revision {}, {} rows, applied through raft index {ci}",
-        db_path.display(),
-        status.revision,
-        status.total_keys
+        "etcd backend {}: applied through raft index {ci}",
+        db_path.display()
     );
 
     let mut progress: Option<Progress> = None;
@@ -137,8 +134,9 @@ pub(crate) fn migrate(
     );
 
     let data_dir = nc.cfg.data_dir();
+    let mut rows = 0;
     restore_backend(&nc, &mut |kv| {
-        restore_etcd_rows(kv, &r)?;
+        rows = restore_etcd_rows(kv, &r)?;
         Ok(())
     })
     .and_then(|backend| finish_member(&nc, backend, &entries))
@@ -146,10 +144,9 @@ pub(crate) fn migrate(
         let _ = std::fs::remove_dir_all(&data_dir);
     })?;
     println!(
-        "migrated {} to {} (revision {} plus {} replayed entries; member {:x}, cluster {:x})",
+        "migrated {} to {} ({rows} backend rows plus {} replayed entries; member {:x}, cluster {:x})",
         etcd_dir.display(),
         data_dir.display(),
-        status.revision,
         entries.len(),
         nc.member_id,
         nc.cluster_id
