@@ -5,6 +5,8 @@
 //! peer transport).
 #![allow(clippy::all, missing_docs)]
 
+pub mod codec;
+
 pub mod mvccpb {
     include!(concat!(env!("OUT_DIR"), "/mvccpb.rs"));
     include!(concat!(env!("OUT_DIR"), "/mvccpb.serde.rs"));

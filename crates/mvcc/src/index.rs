@@ -131,6 +131,33 @@ impl TreeIndex {
             .collect()
     }
 
+    /// Like [`TreeIndex::revisions`], but keeps only the first `cap`
+    /// (0: all). With `count`, it still visits the whole range and returns
+    /// how many keys are live there; without, it stops at `cap` and returns
+    /// the number kept.
+    pub fn revisions_capped(
+        &self,
+        range: KeyRange<'_>,
+        at_rev: i64,
+        cap: usize,
+        count: bool,
+    ) -> (Vec<Revision>, usize) {
+        let mut revs = Vec::with_capacity(cap.min(4096));
+        let mut total = 0;
+        for ki in self.visit(range) {
+            let Ok((m, _, _)) = ki.get(at_rev) else {
+                continue;
+            };
+            if cap == 0 || revs.len() < cap {
+                revs.push(m);
+            } else if !count {
+                break;
+            }
+            total += 1;
+        }
+        (revs, total)
+    }
+
     /// Number of keys live at `at_rev` in `range`.
     pub fn count_revisions(&self, range: KeyRange<'_>, at_rev: i64) -> usize {
         self.visit(range)

@@ -118,6 +118,9 @@ pub struct KvStore {
     /// while there are none, an overwriting put does not read the value
     /// it replaces.
     pub(crate) prev_kv_watchers: Arc<AtomicUsize>,
+    /// `--max-range-response-bytes`: the largest response a read served
+    /// outside raft may build (ranges and read-only txns).
+    pub(crate) max_response_bytes: AtomicUsize,
 }
 
 impl std::fmt::Debug for KvStore {
@@ -268,6 +271,7 @@ impl KvStore {
             published,
             compactor,
             prev_kv_watchers: Arc::default(),
+            max_response_bytes: AtomicUsize::new(usize::MAX),
         };
         if let Some((rev, keep)) = l.resume {
             tracing::info!(
@@ -295,10 +299,38 @@ impl KvStore {
         let (plan, snapshot) = {
             let index = self.index.read();
             let p = self.published.read().clone();
-            (range::plan(&index, req, p.rev, p.compact_rev)?, p.snapshot)
+            (
+                range::plan(&index, req, p.rev, p.compact_rev, true)?,
+                p.snapshot,
+            )
         };
         let table = snapshot.open_table(KEY)?;
-        range::fetch(&table, req, plan)
+        range::fetch(&table, req, plan, self.max_response_bytes())
+    }
+
+    /// Bounds the responses of [`KvStore::range`] and [`KvStore::read_txn`].
+    pub fn set_max_response_bytes(&self, max: usize) {
+        self.max_response_bytes.store(max, Ordering::Relaxed);
+    }
+
+    pub(crate) fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes.load(Ordering::Relaxed)
+    }
+
+    /// One chunk of a streamed range: like [`KvStore::range`], but the
+    /// response's `count` is not computed (the index walk stops after
+    /// `limit + 1` keys). `more` says whether keys follow the chunk.
+    pub fn range_chunk(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        let (plan, snapshot) = {
+            let index = self.index.read();
+            let p = self.published.read().clone();
+            (
+                range::plan(&index, req, p.rev, p.compact_rev, false)?,
+                p.snapshot,
+            )
+        };
+        let table = snapshot.open_table(KEY)?;
+        range::fetch(&table, req, plan, usize::MAX)
     }
 
     /// Keys in the index: every key with a history not yet compacted

@@ -47,12 +47,14 @@ impl KvStore {
         }
         let p = self.published.read().clone();
         let table = p.snapshot.open_table(KEY)?;
+        // the bound applies to each range in it
+        let max = self.max_response_bytes();
         let range = |r: &RangeRequest| -> Result<RangeResponse, MvccError> {
             let plan = {
                 let index = self.index.read();
-                range::plan(&index, r, p.rev, p.compact_rev)?
+                range::plan(&index, r, p.rev, p.compact_rev, true)?
             };
-            range::fetch(&table, r, plan)
+            range::fetch(&table, r, plan, max)
         };
         let resp = eval(req, &range)?;
         Ok(TxnResponse {

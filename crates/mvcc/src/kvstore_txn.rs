@@ -169,10 +169,10 @@ impl<'a> WriteBatch<'a> {
     fn range_in(&self, op: &Op, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
         let plan = {
             let index = self.store.index.read();
-            range::plan(&index, req, op.read_rev(), self.compact_rev)?
+            range::plan(&index, req, op.read_rev(), self.compact_rev, true)?
         };
         let table = self.key_table()?;
-        range::fetch(&table, req, plan)
+        range::fetch(&table, req, plan, usize::MAX)
     }
 
     /// The live value of `key` as `op` sees it.

@@ -86,6 +86,11 @@ pub enum MvccError {
     /// `ignore_lease` together with a lease.
     #[error("etcdserver: lease is provided")]
     LeaseProvided,
+    /// A read's response would exceed `--max-range-response-bytes`; the
+    /// text is grpc-go's when a message is over its send limit (etcd's only
+    /// bound on a response).
+    #[error("grpc: trying to send message larger than max ({size} vs. {max})")]
+    ResponseTooLarge { size: usize, max: usize },
     /// I/O or corruption in the backend (or in a snapshot being restored).
     #[error("mvcc: backend: {0}")]
     Backend(String),

@@ -40,12 +40,15 @@ fn fetch_all(req: &RangeRequest) -> bool {
 }
 
 /// Checks the requested revision against `cur_rev` / `compact_rev` and picks
-/// the revisions to read. `compact_rev` is -1 when never compacted.
+/// the revisions to read. `compact_rev` is -1 when never compacted. Without
+/// `with_count` the response's `count` is not the range's (a streamed
+/// chunk's caller counts once, at the end).
 pub(crate) fn plan(
     index: &TreeIndex,
     req: &RangeRequest,
     cur_rev: i64,
     compact_rev: i64,
+    with_count: bool,
 ) -> Result<RangePlan, MvccError> {
     let mut rev = req.revision;
     if rev > cur_rev {
@@ -66,18 +69,16 @@ pub(crate) fn plan(
             header_rev: cur_rev,
         });
     }
-    let mut revs = index.revisions(range, rev);
-    let total = revs.len();
     // etcd asks the store for limit+1 to learn `more`, or everything when it
-    // has to sort or filter first.
+    // has to sort or filter first. Only those are collected; the rest of the
+    // range is counted (a page of a long list does not copy the list's
+    // revisions), or not even visited when the caller needs no count.
     let fetch = if fetch_all(req) || req.limit <= 0 {
         0
     } else {
-        req.limit.saturating_add(1)
+        usize::try_from(req.limit.saturating_add(1)).unwrap_or(usize::MAX)
     };
-    if fetch > 0 && (fetch as usize) < revs.len() {
-        revs.truncate(fetch as usize);
-    }
+    let (revs, total) = index.revisions_capped(range, rev, fetch, with_count);
     Ok(RangePlan {
         revs,
         total,
@@ -98,6 +99,11 @@ where
         .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))
 }
 
+/// Bytes a length-delimited field of `len` bytes takes in its message.
+fn field_len(len: usize) -> usize {
+    1 + prost::encoding::encoded_len_varint(len as u64) + len
+}
+
 fn cmp_by(target: SortTarget, a: &KeyValue, b: &KeyValue) -> Ordering {
     match target {
         SortTarget::Key => a.key.cmp(&b.key),
@@ -111,17 +117,41 @@ fn cmp_by(target: SortTarget, a: &KeyValue, b: &KeyValue) -> Ordering {
 /// Reads the planned revisions and applies etcd's filters, sort, limit and
 /// `keys_only`. `count` stays the number of keys matching the range before
 /// the revision filters, as in etcd.
+///
+/// `max_bytes` bounds the values read (their stored size, which is their
+/// encoded size in the response): past it the read stops holding values and
+/// only sums the sizes, and the range fails with
+/// [`MvccError::ResponseTooLarge`] instead of building a response that big.
+/// Only reads served outside raft pass a bound; the apply's always fits.
 pub(crate) fn fetch<T>(
     table: &T,
     req: &RangeRequest,
     plan: RangePlan,
+    max_bytes: usize,
 ) -> Result<RangeResponse, MvccError>
 where
     T: ReadableTable<&'static [u8], &'static [u8]>,
 {
     let mut kvs = Vec::with_capacity(plan.revs.len());
+    let mut size = 0usize;
     for rev in &plan.revs {
-        kvs.push(read_kv(table, *rev)?);
+        if size <= max_bytes {
+            let kv = read_kv(table, *rev)?;
+            size = size.saturating_add(field_len(kv.encoded_len()));
+            kvs.push(kv);
+        } else {
+            let bytes = rev.to_bytes();
+            let v = table
+                .get(bytes.as_slice())?
+                .ok_or_else(|| MvccError::Backend(format!("range cannot find rev {rev}")))?;
+            size = size.saturating_add(field_len(v.value().len()));
+        }
+    }
+    if size > max_bytes {
+        return Err(MvccError::ResponseTooLarge {
+            size,
+            max: max_bytes,
+        });
     }
     if req.max_mod_revision != 0 {
         kvs.retain(|kv| kv.mod_revision <= req.max_mod_revision);

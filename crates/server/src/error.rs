@@ -75,6 +75,10 @@ pub enum ServerError {
     TooManyLearners,
     #[error("etcdserver: rpc not supported for learner")]
     NotSupportedForLearner,
+    /// A request form a method does not serve (etcd's plain
+    /// `codes.Unimplemented` statuses, e.g. RangeStream with a sort order).
+    #[error("{0}")]
+    Unimplemented(&'static str),
     #[error("etcdserver: unhealthy cluster")]
     Unhealthy,
     #[error("etcdserver: not leader")]

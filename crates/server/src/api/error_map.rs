@@ -14,6 +14,7 @@ fn code(err: &ServerError) -> Code {
         E::Mvcc(m) => match m {
             MvccError::Compacted | MvccError::FutureRev => Code::OutOfRange,
             MvccError::LeaseNotFound => Code::NotFound,
+            MvccError::ResponseTooLarge { .. } => Code::ResourceExhausted,
             MvccError::KeyNotFound | MvccError::ValueProvided | MvccError::LeaseProvided => {
                 Code::InvalidArgument
             }
@@ -38,6 +39,7 @@ fn code(err: &ServerError) -> Code {
         | E::UnknownDowngradeAction
         | E::BadRequestBody(_) => Code::InvalidArgument,
         E::NoLeader | E::LeaderChanged | E::Stopped | E::Timeout => Code::Unavailable,
+        E::Unimplemented(_) => Code::Unimplemented,
         E::NoSpace => Code::ResourceExhausted,
         E::Corrupt => Code::DataLoss,
         E::InvalidDowngradeTargetVersion | E::WrongDowngradeVersionFormat => Code::InvalidArgument,

@@ -52,6 +52,7 @@ const METHODS: &[(&str, &str, Kind, bool)] = {
     use Kind::*;
     &[
         ("etcdserverpb.KV", "Range", Unary, true),
+        ("etcdserverpb.KV", "RangeStream", ServerStream, false),
         ("etcdserverpb.KV", "Put", Unary, true),
         ("etcdserverpb.KV", "DeleteRange", Unary, true),
         ("etcdserverpb.KV", "Txn", Unary, true),

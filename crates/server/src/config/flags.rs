@@ -175,6 +175,7 @@ pub static FLAGS: &[Flag] = &[
     f(M, "backend-batch-limit", Int, "0", "Most operations before the backend commits a batch (0: 10000)."),
     f(M, "max-txn-ops", Uint, "128", "Maximum number of operations in one transaction."),
     f(M, "max-request-bytes", Uint, "1572864", "Maximum client request size in bytes."),
+    f(M, "max-range-response-bytes", Uint64, "2147483647", "Largest response a Range or read-only Txn may build; a larger one fails with ResourceExhausted before it is built (retcd; etcd's bound is gRPC's 2 GiB send limit). RangeStream and paginated lists are not bounded by it."),
     f(M, "max-concurrent-streams", Uint32, "4294967295", "Maximum concurrent HTTP/2 streams per client connection."),
     f(M, "grpc-keepalive-min-time", Duration, "5s", "Shortest interval a client may wait between pings."),
     f(M, "grpc-keepalive-interval", Duration, "2h", "How often the server pings an idle client connection (0 disables)."),

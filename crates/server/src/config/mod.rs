@@ -48,6 +48,8 @@ pub struct Config {
     pub initial_election_tick_advance: bool,
     pub quota_backend_bytes: i64,
     pub max_request_bytes: u64,
+    /// `--max-range-response-bytes`.
+    pub max_range_response_bytes: u64,
     pub max_txn_ops: u64,
     pub max_snapshots: u64,
     pub max_wals: u64,
@@ -385,6 +387,7 @@ impl Config {
             initial_election_tick_advance: v.bool("initial-election-tick-advance"),
             quota_backend_bytes: v.i64("quota-backend-bytes"),
             max_request_bytes: v.u64("max-request-bytes"),
+            max_range_response_bytes: v.u64("max-range-response-bytes"),
             max_txn_ops: v.u64("max-txn-ops"),
             max_snapshots: v.u64("max-snapshots"),
             max_wals: v.u64("max-wals"),

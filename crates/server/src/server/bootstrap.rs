@@ -74,6 +74,9 @@ impl EtcdServer {
             )
             .map_err(|e| anyhow::anyhow!("cannot open mvcc store: {e}"))?,
         );
+        kv.set_max_response_bytes(
+            usize::try_from(cfg.max_range_response_bytes).unwrap_or(usize::MAX),
+        );
         let storage = RaftStorage::new(kv.clone());
         let restarting = Wal::exists(&cfg.wal_dir());
         let Opened {

@@ -12,11 +12,30 @@ use crate::apply::quota::{self, cost_put, cost_txn};
 use crate::apply::ApplyResult;
 use crate::auth::Credentials;
 use crate::error::ServerError;
+use prost::Message;
+use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
 use retcd_api::etcdserverpb::{
     AlarmType, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
     PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
 };
 use retcd_api::retcdpb::internal_raft_request::Request;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Keys in a stream's first chunk (etcd's `initialStreamChunkLimit`).
+const FIRST_CHUNK_KEYS: i64 = 10;
+
+/// etcd's `adjustChunkLimit`: double a chunk's key limit while chunks come
+/// out under half the byte target, halve it while they are over twice it.
+fn next_chunk_limit(limit: i64, size: usize, target: usize) -> i64 {
+    if size < target / 2 {
+        limit.saturating_mul(2)
+    } else if size > target.saturating_mul(2) {
+        (limit / 2).max(1)
+    } else {
+        limit
+    }
+}
 
 /// A range this large (or unbounded) is read on a blocking thread: it may
 /// scan and copy many values.
@@ -56,6 +75,122 @@ impl EtcdServer {
         };
         self.fill(&mut resp.header);
         Ok(resp)
+    }
+
+    /// etcd 3.7's `RangeStream`: the range in chunks read at one pinned
+    /// revision, each a fresh read of at most a chunk's keys, so a list of
+    /// any size holds about one chunk (plus the one being sent) in memory.
+    /// Checks are Range's, done once before the first chunk; custom sort
+    /// orders and revision filters are Unimplemented, as in etcd. Chunks
+    /// start at 10 keys and double or halve toward `--max-request-bytes`.
+    /// Non-final chunks carry only `kvs`; the final one has the header
+    /// (revision = the store's at the first chunk), `more` and `count`, so
+    /// merging all gives Range's answer. A compaction past the pinned
+    /// revision fails the next chunk with `Compacted`.
+    pub async fn range_stream(
+        self: &Arc<Self>,
+        mut req: RangeRequest,
+        creds: &Credentials,
+    ) -> Result<mpsc::Receiver<Result<RangeResponse, ServerError>>, ServerError> {
+        validate::check_range(&req)?;
+        let default_order = req.sort_order == SortOrder::None as i32
+            || (req.sort_target == SortTarget::Key as i32
+                && req.sort_order == SortOrder::Ascend as i32);
+        if !default_order {
+            return Err(ServerError::Unimplemented(
+                "RangeStream does not support custom sort orders",
+            ));
+        }
+        if req.min_mod_revision != 0
+            || req.max_mod_revision != 0
+            || req.min_create_revision != 0
+            || req.max_create_revision != 0
+        {
+            return Err(ServerError::Unimplemented(
+                "RangeStream does not support revision filters",
+            ));
+        }
+        if !req.serializable {
+            self.linearizable_read_notify().await?;
+        }
+        let who = self.who(creds)?;
+        self.auth
+            .check_range(who.as_ref(), &req.key, &req.range_end)?;
+        self.metrics.count_ranges(1);
+        // One chunk waits here while the next is read: the stream holds at
+        // most three (this one, the one tonic encodes, the one being read).
+        let (tx, rx) = mpsc::channel(1);
+        let srv = self.clone();
+        let target = self.cfg.max_request_bytes.max(1) as usize;
+        tokio::task::spawn_blocking(move || {
+            if req.count_only {
+                let r = srv.kv.range(&req).map_err(ServerError::from).map(|mut r| {
+                    srv.fill(&mut r.header);
+                    r
+                });
+                let _ = tx.blocking_send(r);
+                return;
+            }
+            let total_limit = if req.limit > 0 { req.limit } else { i64::MAX };
+            let mut limit = FIRST_CHUNK_KEYS.min(total_limit);
+            let (mut sent, mut header_rev) = (0i64, 0i64);
+            loop {
+                req.limit = limit;
+                let chunk = match srv.kv.range_chunk(&req) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(e.into()));
+                        return;
+                    }
+                };
+                if header_rev == 0 {
+                    header_rev = chunk.header.as_ref().map_or(0, |h| h.revision);
+                    if req.revision <= 0 {
+                        req.revision = header_rev;
+                    }
+                }
+                sent += chunk.kvs.len() as i64;
+                let more = chunk.more;
+                let done = !more || sent >= total_limit;
+                if more {
+                    if let Some(last) = chunk.kvs.last() {
+                        let mut next = last.key.to_vec();
+                        next.push(0);
+                        req.key = next;
+                    }
+                }
+                let mut out = RangeResponse {
+                    kvs: chunk.kvs,
+                    ..Default::default()
+                };
+                let size = out.encoded_len();
+                if done {
+                    let mut count = sent;
+                    if more {
+                        let rest = RangeRequest {
+                            count_only: true,
+                            limit: 0,
+                            ..req.clone()
+                        };
+                        match srv.kv.range(&rest) {
+                            Ok(r) => count += r.count,
+                            Err(e) => {
+                                let _ = tx.blocking_send(Err(e.into()));
+                                return;
+                            }
+                        }
+                    }
+                    out.header = Some(srv.header(header_rev));
+                    out.more = more;
+                    out.count = count;
+                }
+                if tx.blocking_send(Ok(out)).is_err() || done {
+                    return; // the client went away, or all sent
+                }
+                limit = next_chunk_limit(limit, size, target).min(total_limit - sent);
+            }
+        });
+        Ok(rx)
     }
 
     pub async fn put(

@@ -5,9 +5,12 @@ use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::kv_server::Kv;
 use retcd_api::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, RangeStreamResponse, TxnRequest, TxnResponse,
 };
 use std::sync::Arc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 pub struct KvService {
@@ -23,6 +26,24 @@ impl Kv for KvService {
         let creds = credentials(&self.server, request.metadata());
         let resp = self.server.range(request.into_inner(), &creds).await?;
         Ok(Response::new(resp))
+    }
+
+    async fn range_stream(
+        &self,
+        request: Request<RangeRequest>,
+    ) -> Result<Response<BoxStream<RangeStreamResponse>>, Status> {
+        let creds = credentials(&self.server, request.metadata());
+        let rx = self
+            .server
+            .range_stream(request.into_inner(), &creds)
+            .await?;
+        let chunks = ReceiverStream::new(rx).map(|r| {
+            r.map(|range_response| RangeStreamResponse {
+                range_response: Some(range_response),
+            })
+            .map_err(Status::from)
+        });
+        Ok(Response::new(Box::pin(chunks)))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
