@@ -183,6 +183,9 @@ const OBSERVE_ENDED: &str = "stream ended OK, no message";
 const NOT_FOUND: &str = r#"err NotFound "etcdserver: member not found""#;
 const NOT_READY: &str = r#"err FailedPrecondition "etcdserver: can only promote a learner member which is in sync with leader""#;
 const BAD_TRANSFEREE: &str = r#"err FailedPrecondition "etcdserver: bad leader transferee""#;
+/// grpc-go's answer to a method its server does not have.
+const NO_STREAM: &str =
+    r#"err Unimplemented "unknown method RangeStream for service etcdserverpb.KV""#;
 const NO_KEY: &str = r#"err InvalidArgument "etcdserver: key is not provided""#;
 const DUP_KEY: &str = r#"err InvalidArgument "etcdserver: duplicate key given in txn request""#;
 const NO_LEASE: &str = r#"err NotFound "etcdserver: requested lease not found""#;
@@ -295,6 +298,19 @@ const NEWER: &[Newer] = &[
         strict: [COUNT1, DENIED, COUNT1, DENIED, EMPTY, TOKEN, COUNT1],
         added_by: "a leading \"Bearer \" stripped from the token: commit 0df3fcf83, \
                    PR #21935 / #21932, etcd 3.5.32 / 3.6.13",
+    },
+    Newer {
+        rpc: "RangeStream a/k",
+        v351: [NO_STREAM; 7],
+        strict: [COUNT1, DENIED, COUNT1, DENIED, EMPTY, TOKEN, COUNT1],
+        added_by: "KV.RangeStream is new in etcd 3.7.0 (PR #21631); it checks the \
+                   range's permission as Range does, once, before the first chunk",
+    },
+    Newer {
+        rpc: "RangeStream every key",
+        v351: [NO_STREAM; 7],
+        strict: [DENIED, DENIED, DENIED, DENIED, EMPTY, TOKEN, OK],
+        added_by: "KV.RangeStream is new in etcd 3.7.0 (PR #21631)",
     },
     Newer {
         rpc: "Txn nested txn range a/k",
@@ -673,6 +689,33 @@ fn answer<T>(r: Result<Response<T>, Status>, f: impl FnOnce(T) -> String) -> Str
     }
 }
 
+/// A RangeStream's answer: `ok count=N` from its final chunk, or the
+/// error (at the call or in the stream).
+async fn stream_answer(
+    r: Result<Response<tonic::Streaming<pb::RangeStreamResponse>>, Status>,
+) -> String {
+    let mut s = match r {
+        Ok(s) => s.into_inner(),
+        Err(e) => return status(&e),
+    };
+    let mut count = None;
+    loop {
+        match s.message().await {
+            Ok(Some(m)) => {
+                if let Some(r) = m.range_response.filter(|r| r.header.is_some()) {
+                    count = Some(r.count);
+                }
+            }
+            Ok(None) => {
+                return count.map_or("stream ended without a final chunk".into(), |c| {
+                    format!("ok count={c}")
+                })
+            }
+            Err(e) => return status(&e),
+        }
+    }
+}
+
 fn ok<T>(_: T) -> String {
     OK.to_string()
 }
@@ -939,6 +982,19 @@ async fn kv_rows(cx: &mut Ctx) {
     each(cx, "Range [a/x, \\0)", async |cx: &mut Ctx, i| {
         let r = cx.kv().range(cx.rq(i, range("a/x", "\0"))).await;
         answer(r, ok)
+    })
+    .await;
+    each(cx, "RangeStream a/k", async |cx: &mut Ctx, i| {
+        let r = cx.kv().range_stream(cx.rq(i, range("a/k", ""))).await;
+        stream_answer(r).await
+    })
+    .await;
+    each(cx, "RangeStream every key", async |cx: &mut Ctx, i| {
+        let r = cx.kv().range_stream(cx.rq(i, range("\0", "\0"))).await;
+        match stream_answer(r).await {
+            a if a.starts_with("ok ") => OK.to_string(),
+            a => a,
+        }
     })
     .await;
     each(cx, "Range [a/, b)", async |cx: &mut Ctx, i| {

@@ -137,9 +137,14 @@ where
     for rev in &plan.revs {
         if size <= max_bytes {
             let kv = read_kv(table, *rev)?;
-            size = size.saturating_add(field_len(kv.encoded_len()));
+            let mut len = kv.encoded_len();
+            if req.keys_only && !kv.value.is_empty() {
+                len -= field_len(kv.value.len());
+            }
+            size = size.saturating_add(field_len(len));
             kvs.push(kv);
         } else {
+            // over the bound: only the size of the rest, for the error
             let bytes = rev.to_bytes();
             let v = table
                 .get(bytes.as_slice())?

@@ -1,0 +1,506 @@
+//! etcd 3.7's `KV.RangeStream` and retcd's bound on a unary Range response,
+//! over the wire with the raw tonic clients of `retcd_api`.
+//!
+//! RangeStream is checked against the unary Range of the same server: the
+//! chunks merged (kvs concatenated, the final chunk's header, more and
+//! count) must equal Range's answer for every supported request form, as
+//! etcd's own integration tests assert. Then its shape (a first chunk of
+//! 10 keys, header/more/count only on the last), the pinned revision
+//! (writes during the stream are not seen), etcd's Unimplemented answers
+//! for sort orders and revision filters, future and compacted revisions,
+//! and a compaction in the middle of a stream.
+//!
+//! etcd 3.4 and 3.5 have no RangeStream: with `RETCD_TEST_FLAVOR=etcd` the
+//! test asserts the Unimplemented answer a client (kube-apiserver 1.37)
+//! falls back on, which is what they give.
+
+use std::time::Duration;
+
+use retcd_api::etcdserverpb as pb;
+use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
+use retcd_tests::limit::QUICK as LIMIT;
+use retcd_tests::{bounded, test_flavor, Cluster, Flavor};
+use tonic::transport::Channel;
+use tonic::Code;
+
+type Kv = pb::kv_client::KvClient<Channel>;
+
+async fn kv(c: &Cluster) -> Kv {
+    let ch = Channel::from_shared(c.members[0].endpoint())
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect("connect");
+    Kv::new(ch).max_decoding_message_size(usize::MAX)
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("/registry/pods/p{i:05}").into_bytes()
+}
+
+/// `n` keys under `/registry/pods/` with `size`-byte values.
+async fn fill(kv: &mut Kv, n: usize, size: usize) {
+    for i in 0..n {
+        kv.put(pb::PutRequest {
+            key: key(i),
+            value: vec![b'a' + (i % 26) as u8; size],
+            ..Default::default()
+        })
+        .await
+        .expect("put");
+    }
+}
+
+fn prefix() -> pb::RangeRequest {
+    pb::RangeRequest {
+        key: b"/registry/pods/".to_vec(),
+        range_end: b"/registry/pods0".to_vec(),
+        ..Default::default()
+    }
+}
+
+/// Every chunk of a stream, or the status it ended with (and the chunks
+/// received before it).
+async fn chunks(
+    kv: &mut Kv,
+    req: pb::RangeRequest,
+) -> Result<Vec<pb::RangeResponse>, tonic::Status> {
+    let mut s = kv.range_stream(req).await?.into_inner();
+    let mut out = Vec::new();
+    while let Some(m) = s.message().await? {
+        out.push(m.range_response.expect("range_response set"));
+    }
+    Ok(out)
+}
+
+/// The chunks merged as `proto.Merge` would: kvs concatenated, the final
+/// chunk's header, more and count.
+fn merged(chunks: &[pb::RangeResponse]) -> pb::RangeResponse {
+    let last = chunks.last().expect("at least one chunk");
+    pb::RangeResponse {
+        header: last.header,
+        kvs: chunks.iter().flat_map(|c| c.kvs.clone()).collect(),
+        more: last.more,
+        count: last.count,
+    }
+}
+
+/// Checks the stream's shape: only the last chunk has a header (and only
+/// it may have more/count set).
+fn assert_shape(what: &str, chunks: &[pb::RangeResponse]) {
+    let (last, rest) = chunks.split_last().expect("at least one chunk");
+    assert!(last.header.is_some(), "{what}: final chunk without header");
+    for (i, c) in rest.iter().enumerate() {
+        assert!(
+            c.header.is_none() && !c.more && c.count == 0,
+            "{what}: chunk {i} of {} is not a bare kvs chunk: header {:?} more {} count {}",
+            chunks.len(),
+            c.header,
+            c.more,
+            c.count
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_stream_merges_to_range() {
+    bounded(LIMIT, async {
+        // A 64 KiB chunk target (--max-request-bytes) makes a few hundred
+        // 2 KiB values many chunks.
+        let c = Cluster::start(test_flavor(), 1, &["--max-request-bytes=65536"])
+            .await
+            .expect("start");
+        let mut kv = kv(&c).await;
+        fill(&mut kv, 300, 2048).await;
+        if test_flavor() == Flavor::Etcd {
+            let e = chunks(&mut kv, prefix())
+                .await
+                .expect_err("etcd 3.4 has no RangeStream");
+            assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
+            return;
+        }
+        let rev = kv
+            .range(prefix())
+            .await
+            .unwrap()
+            .into_inner()
+            .header
+            .unwrap()
+            .revision;
+        let forms: Vec<(&str, pb::RangeRequest)> = vec![
+            ("whole prefix", prefix()),
+            (
+                "limit 120",
+                pb::RangeRequest {
+                    limit: 120,
+                    ..prefix()
+                },
+            ),
+            (
+                "limit 5",
+                pb::RangeRequest {
+                    limit: 5,
+                    ..prefix()
+                },
+            ),
+            (
+                "limit 300 (= all)",
+                pb::RangeRequest {
+                    limit: 300,
+                    ..prefix()
+                },
+            ),
+            (
+                "keys_only",
+                pb::RangeRequest {
+                    keys_only: true,
+                    ..prefix()
+                },
+            ),
+            (
+                "serializable",
+                pb::RangeRequest {
+                    serializable: true,
+                    ..prefix()
+                },
+            ),
+            (
+                "at an old revision",
+                pb::RangeRequest {
+                    revision: rev - 100,
+                    ..prefix()
+                },
+            ),
+            (
+                "sort key ascending",
+                pb::RangeRequest {
+                    sort_order: SortOrder::Ascend as i32,
+                    sort_target: SortTarget::Key as i32,
+                    ..prefix()
+                },
+            ),
+            (
+                "one key",
+                pb::RangeRequest {
+                    key: key(7),
+                    ..Default::default()
+                },
+            ),
+            (
+                "no key there",
+                pb::RangeRequest {
+                    key: b"/nothing".to_vec(),
+                    ..Default::default()
+                },
+            ),
+            (
+                "every key",
+                pb::RangeRequest {
+                    key: vec![0],
+                    range_end: vec![0],
+                    ..Default::default()
+                },
+            ),
+            (
+                "from a key on",
+                pb::RangeRequest {
+                    key: key(250),
+                    range_end: vec![0],
+                    ..Default::default()
+                },
+            ),
+            (
+                "count_only",
+                pb::RangeRequest {
+                    count_only: true,
+                    ..prefix()
+                },
+            ),
+        ];
+        for (what, req) in forms {
+            let unary = kv.range(req.clone()).await.expect("range").into_inner();
+            let got = chunks(&mut kv, req.clone())
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_shape(what, &got);
+            let m = merged(&got);
+            assert_eq!(m.kvs, unary.kvs, "{what}: kvs");
+            assert_eq!(
+                (m.more, m.count),
+                (unary.more, unary.count),
+                "{what}: more, count"
+            );
+            let (h, uh) = (m.header.unwrap(), unary.header.unwrap());
+            assert_eq!(
+                (h.revision, h.cluster_id, h.member_id),
+                (uh.revision, uh.cluster_id, uh.member_id),
+                "{what}: header"
+            );
+            if what == "whole prefix" {
+                // 10 keys first, then more per chunk while under the target
+                assert_eq!(got[0].kvs.len(), 10, "first chunk");
+                assert!(
+                    got.len() >= 5,
+                    "300 × 2 KiB in 64 KiB chunks: {} chunks",
+                    got.len()
+                );
+                assert!(
+                    got[1].kvs.len() > 10,
+                    "second chunk grew: {}",
+                    got[1].kvs.len()
+                );
+            }
+            if what == "count_only" {
+                assert_eq!(got.len(), 1, "count_only is one message");
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_stream_refuses_what_etcd_refuses() {
+    if test_flavor() == Flavor::Etcd {
+        return; // etcd 3.4/3.5 answer Unimplemented to every form (above)
+    }
+    bounded(LIMIT, async {
+        let c = Cluster::start(Flavor::Retcd, 1, &[]).await.expect("start");
+        let mut kv = kv(&c).await;
+        fill(&mut kv, 20, 10).await;
+        let cases: Vec<(pb::RangeRequest, Code, &str)> = vec![
+            (
+                pb::RangeRequest {
+                    sort_order: SortOrder::Descend as i32,
+                    ..prefix()
+                },
+                Code::Unimplemented,
+                "RangeStream does not support custom sort orders",
+            ),
+            (
+                pb::RangeRequest {
+                    sort_order: SortOrder::Ascend as i32,
+                    sort_target: SortTarget::Mod as i32,
+                    ..prefix()
+                },
+                Code::Unimplemented,
+                "RangeStream does not support custom sort orders",
+            ),
+            (
+                pb::RangeRequest {
+                    min_mod_revision: 3,
+                    ..prefix()
+                },
+                Code::Unimplemented,
+                "RangeStream does not support revision filters",
+            ),
+            (
+                pb::RangeRequest {
+                    max_create_revision: 3,
+                    ..prefix()
+                },
+                Code::Unimplemented,
+                "RangeStream does not support revision filters",
+            ),
+            (
+                pb::RangeRequest {
+                    revision: 1000,
+                    ..prefix()
+                },
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision is a future revision",
+            ),
+            (
+                pb::RangeRequest::default(),
+                Code::InvalidArgument,
+                "etcdserver: key is not provided",
+            ),
+        ];
+        for (req, code, msg) in cases {
+            let e = chunks(&mut kv, req.clone()).await.expect_err("refused");
+            assert_eq!((e.code(), e.message()), (code, msg), "{req:?}");
+        }
+        // compacted: below the compaction revision
+        let rev = kv
+            .range(prefix())
+            .await
+            .unwrap()
+            .into_inner()
+            .header
+            .unwrap()
+            .revision;
+        kv.compact(pb::CompactionRequest {
+            revision: rev - 5,
+            physical: true,
+        })
+        .await
+        .expect("compact");
+        let e = chunks(
+            &mut kv,
+            pb::RangeRequest {
+                revision: rev - 10,
+                ..prefix()
+            },
+        )
+        .await
+        .expect_err("compacted");
+        assert_eq!(
+            (e.code(), e.message()),
+            (
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted"
+            )
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_stream_is_pinned_and_fails_when_compacted_mid_stream() {
+    if test_flavor() == Flavor::Etcd {
+        return;
+    }
+    bounded(LIMIT, async {
+        let c = Cluster::start(Flavor::Retcd, 1, &["--max-request-bytes=65536"])
+            .await
+            .expect("start");
+        let mut kv = kv(&c).await;
+        fill(&mut kv, 400, 4096).await;
+        let before = kv.range(prefix()).await.unwrap().into_inner();
+        let rev = before.header.unwrap().revision;
+
+        // Writes after the first chunk are not seen: every key of the
+        // stream is at the pinned revision, new keys do not appear.
+        let mut s = kv.range_stream(prefix()).await.unwrap().into_inner();
+        let first = s.message().await.unwrap().unwrap().range_response.unwrap();
+        let mut w = kv.clone();
+        for i in 0..400 {
+            w.put(pb::PutRequest {
+                key: key(i),
+                value: b"changed".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+        w.put(pb::PutRequest {
+            key: key(9999),
+            value: b"new".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let mut all = vec![first];
+        while let Some(m) = s.message().await.unwrap() {
+            all.push(m.range_response.unwrap());
+        }
+        let m = merged(&all);
+        assert_eq!(m.kvs, before.kvs, "the stream reads at its first revision");
+        assert_eq!((m.count, m.header.unwrap().revision), (400, rev));
+
+        // A compaction past the pinned revision while the stream is
+        // open: the next chunk read fails with Compacted.
+        let now = kv
+            .range(prefix())
+            .await
+            .unwrap()
+            .into_inner()
+            .header
+            .unwrap()
+            .revision;
+        let mut s = kv
+            .range_stream(pb::RangeRequest {
+                revision: rev,
+                ..prefix()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let first = s.message().await.unwrap().unwrap().range_response.unwrap();
+        assert!(first.header.is_none(), "more chunks follow the first");
+        kv.compact(pb::CompactionRequest {
+            revision: now,
+            physical: true,
+        })
+        .await
+        .expect("compact");
+        let mut got = first.kvs.len();
+        let err = loop {
+            match s.message().await {
+                Ok(Some(m)) => got += m.range_response.unwrap().kvs.len(),
+                Ok(None) => {
+                    panic!("the stream ended normally after a compaction past its revision")
+                }
+                Err(e) => break e,
+            }
+        };
+        assert!(got < 400, "keys before the error: {got}");
+        assert_eq!(
+            (err.code(), err.message()),
+            (
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted"
+            )
+        );
+    })
+    .await;
+}
+
+/// `--max-range-response-bytes` (retcd's; etcd has only gRPC's 2 GiB send
+/// limit): a Range or read-only Txn whose kvs would pass it fails with
+/// ResourceExhausted in grpc-go's words, before the response is built;
+/// a limited Range and RangeStream of the same keys still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_range_response_is_bounded() {
+    if test_flavor() == Flavor::Etcd {
+        return; // the flag is retcd's
+    }
+    bounded(LIMIT, async {
+        let c = Cluster::start(Flavor::Retcd, 1, &["--max-range-response-bytes=100000"])
+            .await
+            .expect("start");
+        let mut kv = kv(&c).await;
+        fill(&mut kv, 60, 4000).await;
+        let e = kv.range(prefix()).await.expect_err("over the bound");
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        let size: usize = e
+            .message()
+            .strip_prefix("grpc: trying to send message larger than max (")
+            .and_then(|m| m.strip_suffix(" vs. 100000)"))
+            .unwrap_or_else(|| panic!("message: {:?}", e.message()))
+            .parse()
+            .expect("size");
+        assert!(size > 60 * 4000 && size < 60 * 4100, "reported size {size}");
+
+        let txn = pb::TxnRequest {
+            success: vec![pb::RequestOp {
+                request: Some(pb::request_op::Request::RequestRange(prefix())),
+            }],
+            ..Default::default()
+        };
+        let e = kv.txn(txn).await.expect_err("txn over the bound");
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+
+        let r = kv
+            .range(pb::RangeRequest {
+                limit: 20,
+                ..prefix()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!((r.kvs.len(), r.more, r.count), (20, true, 60));
+        let r = kv
+            .range(pb::RangeRequest {
+                keys_only: true,
+                ..prefix()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.kvs.len(), 60, "keys only fit");
+        let all = merged(&chunks(&mut kv, prefix()).await.expect("stream"));
+        assert_eq!((all.kvs.len(), all.count), (60, 60));
+    })
+    .await;
+}
