@@ -612,13 +612,13 @@ impl Lessor {
                 );
             }
         }
-        let all = kv
-            .range(&retcd_api::etcdserverpb::RangeRequest {
-                key: vec![0],
-                range_end: vec![0],
-                ..Default::default()
-            })
-            .map_err(|e| LeaseError::Backend(e.to_string()))?;
+        // Without leases no key can hold one: skip the scan.
+        let leased = if loaded.is_empty() {
+            Vec::new()
+        } else {
+            kv.leased_keys()
+                .map_err(|e| LeaseError::Backend(e.to_string()))?
+        };
         let now = self.clock.now();
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
@@ -626,10 +626,8 @@ impl Lessor {
         inner.items.clear();
         inner.expiries.clear();
         inner.checkpoints.clear();
-        for kv in all.kvs {
-            if kv.lease != NO_LEASE {
-                Self::set_key_lease_locked(inner, &kv.key, kv.lease);
-            }
+        for (key, lease) in leased {
+            Self::set_key_lease_locked(inner, &key, lease);
         }
         if inner.primary {
             let ids: Vec<LeaseId> = inner.leases.keys().copied().collect();

@@ -65,10 +65,14 @@ impl TreeIndex {
 
     /// Records a put of `key` at `rev`.
     pub fn put(&mut self, key: &[u8], rev: Revision) {
-        self.tree
-            .entry(key.to_vec())
-            .or_insert_with(|| KeyIndex::new(key.to_vec()))
-            .put(rev.main, rev.sub);
+        // looked up first: a key written again allocates nothing
+        if let Some(ki) = self.tree.get_mut(key) {
+            ki.put(rev.main, rev.sub);
+        } else {
+            let mut ki = KeyIndex::new();
+            ki.put(rev.main, rev.sub);
+            self.tree.insert(key.to_vec(), ki);
+        }
     }
 
     /// Records a delete of `key` at `rev`; errors if the key is not live.
@@ -95,32 +99,38 @@ impl TreeIndex {
 
     /// Mutable access for rebuilding from the backend.
     pub(crate) fn key_index_entry(&mut self, key: &[u8]) -> &mut KeyIndex {
-        self.tree
-            .entry(key.to_vec())
-            .or_insert_with(|| KeyIndex::new(key.to_vec()))
+        if !self.tree.contains_key(key) {
+            self.tree.insert(key.to_vec(), KeyIndex::new());
+        }
+        self.tree.get_mut(key).expect("inserted")
     }
 
-    fn visit<'a>(&'a self, range: KeyRange<'_>) -> Box<dyn Iterator<Item = &'a KeyIndex> + 'a> {
+    fn visit_keys<'a>(
+        &'a self,
+        range: KeyRange<'_>,
+    ) -> Box<dyn Iterator<Item = (&'a Vec<u8>, &'a KeyIndex)> + 'a> {
         match range {
-            KeyRange::Single(key) => Box::new(self.tree.get(key).into_iter()),
+            KeyRange::Single(key) => Box::new(self.tree.get_key_value(key).into_iter()),
             KeyRange::From(from) => Box::new(
                 self.tree
-                    .range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
-                    .map(|(_, v)| v),
+                    .range::<[u8], _>((Bound::Included(from), Bound::Unbounded)),
             ),
             KeyRange::Between(from, to) if from < to => Box::new(
                 self.tree
-                    .range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)))
-                    .map(|(_, v)| v),
+                    .range::<[u8], _>((Bound::Included(from), Bound::Excluded(to))),
             ),
             KeyRange::Between(..) => Box::new(std::iter::empty()),
         }
     }
 
+    fn visit<'a>(&'a self, range: KeyRange<'_>) -> impl Iterator<Item = &'a KeyIndex> + 'a {
+        self.visit_keys(range).map(|(_, v)| v)
+    }
+
     /// Keys live at `at_rev` in `range`, in key order, with their revision.
     pub fn range(&self, range: KeyRange<'_>, at_rev: i64) -> Vec<(Vec<u8>, Revision)> {
-        self.visit(range)
-            .filter_map(|ki| ki.get(at_rev).ok().map(|(m, _, _)| (ki.key.clone(), m)))
+        self.visit_keys(range)
+            .filter_map(|(k, ki)| ki.get(at_rev).ok().map(|(m, _, _)| (k.clone(), m)))
             .collect()
     }
 

@@ -71,9 +71,10 @@ impl Generation {
 
 /// The history of one key; see the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The key itself is the index map's key, not repeated here (it would be a
+/// second allocation of every key, ~70 bytes each).
 pub struct KeyIndex {
-    /// The key.
-    pub key: Vec<u8>,
     /// The last modification (put or tombstone).
     pub modified: Revision,
     /// Generations, oldest first; never empty once a revision was added.
@@ -87,9 +88,8 @@ pub struct RevisionNotFound;
 
 impl KeyIndex {
     /// A key index with no history.
-    pub fn new(key: Vec<u8>) -> KeyIndex {
+    pub fn new() -> KeyIndex {
         KeyIndex {
-            key,
             modified: Revision::default(),
             generations: Vec::new(),
         }
@@ -104,9 +104,8 @@ impl KeyIndex {
         let rev = Revision::new(main, sub);
         assert!(
             rev > self.modified,
-            "mvcc: 'put' with an unexpected smaller revision {rev} <= {} for key {:?}",
+            "mvcc: 'put' with an unexpected smaller revision {rev} <= {}",
             self.modified,
-            self.key
         );
         if self.generations.is_empty() {
             // Most keys live one generation with few revisions: exact
@@ -131,8 +130,7 @@ impl KeyIndex {
     pub fn restore(&mut self, created: Revision, modified: Revision, ver: i64) {
         assert!(
             self.generations.is_empty(),
-            "mvcc: 'restore' got an unexpected non-empty generations for key {:?}",
-            self.key
+            "mvcc: 'restore' got an unexpected non-empty generations",
         );
         self.modified = modified;
         self.generations.push(Generation {
@@ -318,7 +316,7 @@ mod tests {
     ///    {{2, 0}[1], {4, 0}[2], {6, 0}(t)[3]}
     /// ```
     fn new_test_key_index() -> KeyIndex {
-        let mut ki = KeyIndex::new(b"foo".to_vec());
+        let mut ki = KeyIndex::new();
         ki.put(2, 0);
         ki.put(4, 0);
         ki.tombstone(6, 0).unwrap();
@@ -393,7 +391,7 @@ mod tests {
 
     #[test]
     fn test_key_index_put() {
-        let mut ki = KeyIndex::new(b"foo".to_vec());
+        let mut ki = KeyIndex::new();
         ki.put(5, 0);
         assert_eq!(ki.modified, r(5));
         assert_eq!(
@@ -419,14 +417,14 @@ mod tests {
     #[test]
     #[should_panic(expected = "unexpected smaller revision")]
     fn test_key_index_put_smaller_revision_panics() {
-        let mut ki = KeyIndex::new(b"foo".to_vec());
+        let mut ki = KeyIndex::new();
         ki.put(5, 0);
         ki.put(4, 0);
     }
 
     #[test]
     fn test_key_index_restore() {
-        let mut ki = KeyIndex::new(b"foo".to_vec());
+        let mut ki = KeyIndex::new();
         ki.restore(r(5), r(7), 2);
         assert_eq!(ki.modified, r(7));
         assert_eq!(
@@ -442,7 +440,7 @@ mod tests {
 
     #[test]
     fn test_key_index_tombstone() {
-        let mut ki = KeyIndex::new(b"foo".to_vec());
+        let mut ki = KeyIndex::new();
         ki.put(5, 0);
         ki.tombstone(7, 0).unwrap();
         assert_eq!(ki.modified, r(7));
@@ -571,7 +569,7 @@ mod tests {
 
     #[test]
     fn test_key_index_compact_on_further_rev() {
-        let mut ki = KeyIndex::new(b"foo".to_vec());
+        let mut ki = KeyIndex::new();
         ki.put(1, 0);
         ki.put(2, 0);
         let mut am = HashSet::new();
@@ -590,7 +588,7 @@ mod tests {
 
     #[test]
     fn test_key_index_is_empty() {
-        let mut ki = KeyIndex::new(b"foo".to_vec());
+        let mut ki = KeyIndex::new();
         assert!(ki.is_empty());
         ki.put(2, 0);
         assert!(!ki.is_empty());
@@ -606,7 +604,7 @@ mod tests {
     #[test]
     fn test_key_index_restore_tombstone() {
         // etcd's TestRestoreTombstone
-        let mut ki = KeyIndex::new(b"foo".to_vec());
+        let mut ki = KeyIndex::new();
         ki.restore_tombstone(16, 0);
         for at in 16..=20 {
             assert_eq!(ki.get(at), Err(RevisionNotFound));

@@ -50,7 +50,7 @@ use parking_lot::{Mutex, RwLock};
 use prost::Message;
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
-use retcd_api::mvccpb::KeyValue;
+use retcd_api::retcdpb::KeyValueHead;
 use retcd_storage::backend::{
     commit_with, Backend, CommitPolicy, ReadSnapshot, ALARM, AUTH, KEY, LEASES, MEMBERS, META,
 };
@@ -178,7 +178,8 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
         let (k, v) = entry?;
         let (r, tombstone) = Revision::parse(k.value())
             .ok_or_else(|| MvccError::Backend(format!("invalid revision key {:?}", k.value())))?;
-        let kv = KeyValue::decode(v.value())
+        // the row without its value: no copy of the value per row
+        let kv = KeyValueHead::decode(v.value())
             .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {r}: {e}")))?;
         rev = r.main;
         let ki = index.key_index_entry(&kv.key);
@@ -306,6 +307,33 @@ impl KvStore {
         };
         let table = snapshot.open_table(KEY)?;
         range::fetch(&table, req, plan, self.max_response_bytes())
+    }
+
+    /// Every live key with a lease, and its lease, at the current
+    /// revision (the lessor's reattachment at start). Reads each live row
+    /// without its value, so a store of large values is not copied into
+    /// memory for it.
+    pub fn leased_keys(&self) -> Result<Vec<(Vec<u8>, i64)>, MvccError> {
+        let (revs, snapshot) = {
+            let index = self.index.read();
+            let p = self.published.read().clone();
+            let range = crate::index::KeyRange::From(&[]);
+            (index.revisions(range, p.rev), p.snapshot)
+        };
+        let table = snapshot.open_table(KEY)?;
+        let mut out = Vec::new();
+        for rev in revs {
+            let bytes = rev.to_bytes();
+            let v = table
+                .get(bytes.as_slice())?
+                .ok_or_else(|| MvccError::Backend(format!("cannot find rev {rev}")))?;
+            let kv = KeyValueHead::decode(v.value())
+                .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))?;
+            if kv.lease != 0 {
+                out.push((kv.key, kv.lease));
+            }
+        }
+        Ok(out)
     }
 
     /// Bounds the responses of [`KvStore::range`] and [`KvStore::read_txn`].
