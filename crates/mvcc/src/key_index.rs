@@ -70,10 +70,10 @@ impl Generation {
 }
 
 /// The history of one key; see the module documentation.
-#[derive(Clone, Debug, PartialEq, Eq)]
 ///
 /// The key itself is the index map's key, not repeated here (it would be a
 /// second allocation of every key, ~70 bytes each).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyIndex {
     /// The last modification (put or tombstone).
     pub modified: Revision,
@@ -89,10 +89,7 @@ pub struct RevisionNotFound;
 impl KeyIndex {
     /// A key index with no history.
     pub fn new() -> KeyIndex {
-        KeyIndex {
-            modified: Revision::default(),
-            generations: Vec::new(),
-        }
+        KeyIndex::default()
     }
 
     /// Records a put at `(main, sub)`.

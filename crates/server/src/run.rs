@@ -86,9 +86,13 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // blocking thread, not a runtime worker.
     let server = {
         let (cfg, dialer) = (cfg.clone(), tls.dialer.clone());
-        tokio::task::spawn_blocking(move || EtcdServer::start(cfg, dialer))
-            .await
-            .context("the bootstrap task failed")??
+        tokio::task::spawn_blocking(move || {
+            let started = EtcdServer::start(cfg, dialer);
+            crate::release_freed_memory();
+            started
+        })
+        .await
+        .context("the bootstrap task failed")??
     };
 
     let mut tasks = Vec::new();

@@ -110,6 +110,16 @@ const MEMORY_LOG_SLACK: u64 = 5_000;
 
 impl RaftNode {
     pub fn run(mut self) {
+        // etcd's adjustTicks for a one-member cluster (fresh or restarted):
+        // there is no one to hear from, so it does not wait out an election
+        // timeout (1–2 s); retcd campaigns at once (etcd advances all but
+        // one tick). Multi-member starts wait as etcd does.
+        let cs = self.storage.conf_state();
+        if cs.voters == [self.raw.raft.id] && cs.voters_outgoing.is_empty() {
+            if let Err(e) = self.raw.campaign() {
+                tracing::warn!(error = %e, "raft: campaign at start failed");
+            }
+        }
         let mut turn = Turn::default();
         let mut next_tick = Instant::now() + self.cfg.tick;
         let mut last_durable = Instant::now();

@@ -119,6 +119,9 @@ impl RaftStorage {
         let drop = (compact_index - first) as usize;
         let term = c.entries[drop - 1].term;
         c.entries.drain(..drop);
+        if c.entries.capacity() > 4 * c.entries.len() + 1024 {
+            c.entries.shrink_to_fit(); // after a large trim (a restart's)
+        }
         c.snapshot_meta.index = compact_index - 1;
         c.snapshot_meta.term = term;
     }

@@ -84,7 +84,7 @@ impl EtcdServer {
             meta,
             mut snapshot_index,
         } = if restarting {
-            replay_wal(&cfg, &storage)?
+            replay_wal(&cfg, &kv, &storage)?
         } else {
             create_wal(&cfg, &dialer, &kv, &storage)?
         };
@@ -327,7 +327,7 @@ fn remove_partial_snapshots(dir: &std::path::Path) {
     }
 }
 
-fn replay_wal(cfg: &Config, storage: &RaftStorage) -> anyhow::Result<Opened> {
+fn replay_wal(cfg: &Config, kv: &KvStore, storage: &RaftStorage) -> anyhow::Result<Opened> {
     let wal_dir = cfg.wal_dir();
     let (wal, contents) = Wal::open(&wal_dir)
         .map_err(|e| anyhow::anyhow!("cannot open WAL in {}: {e}", wal_dir.display()))?;
@@ -362,10 +362,21 @@ fn replay_wal(cfg: &Config, storage: &RaftStorage) -> anyhow::Result<Opened> {
             .with_context(|| format!("WAL entry {} is not valid", we.index))?;
         entries.push(e);
     }
+    drop(contents);
     storage.append(&entries);
+    let loaded = entries.len();
+    drop(entries);
+    // Entries the backend already holds are kept in memory only for
+    // followers' catch-up, as after a snapshot (`trim_memory_log`): a
+    // restart no longer holds up to --snapshot-count entries of values.
+    let applied = kv.consistent_index().max(snapshot_index);
+    let compact_to = applied.saturating_sub(cfg.experimental_snapshot_catchup_entries.max(1));
+    if compact_to > storage.first_index_now() {
+        storage.compact(compact_to);
+    }
     tracing::info!(
         member = %Hex(meta.member_id),
-        entries = entries.len(),
+        entries = loaded,
         snapshot_index,
         "restarting from WAL"
     );

@@ -166,9 +166,25 @@ impl Backend {
 
     /// [`Backend::open`] with an explicit page-cache size in bytes.
     pub fn open_with_cache(path: &Path, cache_size: usize) -> Result<Backend, BackendError> {
+        let repairing = std::sync::atomic::AtomicBool::new(false);
+        let started = std::time::Instant::now();
         let db = Database::builder()
             .set_cache_size(cache_size)
+            .set_repair_callback(move |s| {
+                // redb rebuilds its allocator state after a process that
+                // did not close the file (a crash, or an exit without
+                // dropping the database): say so, it reads the whole file
+                if !repairing.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(
+                        progress = s.progress(),
+                        "backend: repairing the database file (it was not closed cleanly)"
+                    );
+                }
+            })
             .create(path)?;
+        if started.elapsed() > std::time::Duration::from_millis(200) {
+            tracing::info!(took = ?started.elapsed(), "backend: opened");
+        }
         let txn = db.begin_write()?;
         create_tables(&txn)?;
         let backend = Backend {
