@@ -9,9 +9,7 @@
 //! | `storage.rs` | raft-rs `Storage`: the in-memory log tail, hard and conf state |
 //! | `transport.rs` | sending raft messages to peers (one stream and task per peer) |
 //! | `proposer.rs`, `wait.rs`, `status.rs` | proposing and waiting, published raft status |
-//! | `lone_wait.rs` | the lone-request wait policy (bounded spins while one client is alone) |
 
-pub mod lone_wait;
 pub mod node;
 mod proposer;
 mod read_index;

@@ -18,7 +18,6 @@
 //! the same commit, so a restart skips entries already applied and
 //! re-applies the rest from the WAL.
 
-use super::lone_wait::Contention;
 use super::read_index::Reads;
 use super::storage::RaftStorage;
 use super::transport::Transport;
@@ -36,7 +35,7 @@ use raft::{RawNode, SnapshotStatus, StateRole};
 use retcd_api::etcdserverpb::AlarmType;
 use retcd_api::retcdpb::InternalRaftRequest;
 use retcd_storage::wal::{Wal, WalEntry, WalSnapshot};
-use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -71,8 +70,6 @@ pub struct RaftNode {
     pub wait: Arc<Wait>,
     /// Published after every turn.
     pub status: Arc<RaftStatus>,
-    /// Requests waiting for this thread (the lone-request wait policy).
-    pub contention: Arc<Contention>,
     pub metrics: &'static Metrics,
     pub transport: Transport,
     pub rx: RaftReceiver,
@@ -127,20 +124,16 @@ impl RaftNode {
         let mut leader = 0u64;
         // Whether the lessor is primary (see the promote below).
         let mut lessor_primary = false;
-        // Whether the last turn had input: then the next one is likely
-        // close behind, and `recv_input` spins for it first.
-        let mut busy = false;
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
-            match self.recv_input(timeout, busy) {
+            match self.recv_input(timeout) {
                 Ok(input) => {
-                    busy = true;
                     self.handle_input(input, &mut turn);
                     while let Ok(input) = self.rx.0.try_recv() {
                         self.handle_input(input, &mut turn);
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => busy = false,
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             if Instant::now() >= next_tick {
@@ -218,27 +211,9 @@ impl RaftNode {
         }
     }
 
-    /// The next input, waiting at most `timeout`. After a busy turn, on a
-    /// quiet member, it first spins for up to [`super::lone_wait::RAFT_SPIN`]:
-    /// the next request usually arrives within a client round trip, and
-    /// waking a sleeping thread is most of a lone client's latency besides
-    /// the fsync (see `lone_wait`).
-    fn recv_input(&self, timeout: Duration, busy: bool) -> Result<RaftInput, RecvTimeoutError> {
-        let deadline = Instant::now() + timeout;
-        if busy && self.contention.quiet() {
-            let until = Instant::now() + super::lone_wait::RAFT_SPIN.min(timeout);
-            loop {
-                match self.rx.0.try_recv() {
-                    Ok(input) => return Ok(input),
-                    Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
-                    Err(TryRecvError::Empty) if Instant::now() >= until => break,
-                    Err(TryRecvError::Empty) => std::hint::spin_loop(),
-                }
-            }
-        }
-        self.rx
-            .0
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+    /// The next input, waiting (parked) at most `timeout`.
+    fn recv_input(&self, timeout: Duration) -> Result<RaftInput, RecvTimeoutError> {
+        self.rx.0.recv_timeout(timeout)
     }
 
     fn handle_input(&mut self, input: RaftInput, turn: &mut Turn) {
@@ -738,9 +713,6 @@ impl RaftNode {
             r.state == StateRole::Leader,
             r.raft_log.committed,
             r.raft_log.last_index(),
-        );
-        self.contention.set_sole_voter(
-            r.prs().conf().voters().is_singleton() && r.prs().conf().voters().contains(r.id),
         );
     }
 }

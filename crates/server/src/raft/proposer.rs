@@ -2,7 +2,6 @@
 //! linearizable read barriers, membership changes, leadership, and the
 //! published raft status. Cheap to clone.
 
-use super::lone_wait::{Contention, Waiting};
 use super::{ProposalResult, RaftInput, RaftSender, RaftStatus, Wait};
 use crate::apply::ApplyResult;
 use crate::error::ServerError;
@@ -28,21 +27,19 @@ struct Inner {
     raft: RaftSender,
     wait: Arc<Wait>,
     status: Arc<RaftStatus>,
-    contention: Arc<Contention>,
     next_id: AtomicU64,
     request_timeout: Duration,
     max_request_bytes: u64,
 }
 
 impl Proposer {
-    /// A handle on the raft thread fed by `raft`; `wait`, `status` and
-    /// `contention` are shared with that thread.
+    /// A handle on the raft thread fed by `raft`; `wait` and `status` are
+    /// shared with that thread.
     pub fn new(
         member_id: u64,
         raft: RaftSender,
         wait: Arc<Wait>,
         status: Arc<RaftStatus>,
-        contention: Arc<Contention>,
         request_timeout: Duration,
         max_request_bytes: u64,
     ) -> Proposer {
@@ -56,7 +53,6 @@ impl Proposer {
                 raft,
                 wait,
                 status,
-                contention,
                 // etcd's idutil: 16 bits of member id, then a time-seeded
                 // counter.
                 next_id: AtomicU64::new(
@@ -113,21 +109,19 @@ impl Proposer {
             return Err(ServerError::RequestTooLarge);
         }
         let rx = self.inner.wait.register(id);
-        let lone = self.inner.contention.enter();
         if let Err(e) = self.inner.raft.send(RaftInput::Propose { id, data }) {
             self.inner.wait.cancel(id);
             return Err(e);
         }
-        self.await_raft(rx, &lone, Some(id)).await
+        self.await_raft(rx, Some(id)).await
     }
 
     /// Waits until this member has applied everything committed before the
     /// call (ReadIndex). Concurrent callers share one ReadIndex.
     pub async fn read_index(&self) -> Result<(), ServerError> {
         let (tx, rx) = oneshot::channel();
-        let lone = self.inner.contention.enter();
         self.inner.raft.send(RaftInput::ReadIndex(tx))?;
-        self.await_raft(rx, &lone, None).await
+        self.await_raft(rx, None).await
     }
 
     /// Proposes a membership `ConfChange` and waits until it is applied
@@ -137,7 +131,6 @@ impl Proposer {
         let id = self.next_request_id();
         cc.id = id;
         let rx = self.inner.wait.register(id);
-        let lone = self.inner.contention.enter();
         if let Err(e) = self
             .inner
             .raft
@@ -146,24 +139,20 @@ impl Proposer {
             self.inner.wait.cancel(id);
             return Err(e);
         }
-        match self.await_raft(rx, &lone, Some(id)).await? {
+        match self.await_raft(rx, Some(id)).await? {
             ApplyResult::Err(e) => Err(e),
             _ => Ok(()),
         }
     }
 
-    /// The raft thread's answer on `rx`: spun for while this is a lone
-    /// request (see `lone_wait`), else awaited up to the request timeout.
-    /// On timeout the waiter registered under `waiter` is dropped.
+    /// The raft thread's answer on `rx`, awaited (the task parks) up to
+    /// the request timeout. On timeout the waiter registered under
+    /// `waiter` is dropped.
     async fn await_raft<T>(
         &self,
-        mut rx: oneshot::Receiver<Result<T, ServerError>>,
-        lone: &Waiting<'_>,
+        rx: oneshot::Receiver<Result<T, ServerError>>,
         waiter: Option<u64>,
     ) -> Result<T, ServerError> {
-        if let Some(res) = lone.spin(&mut rx) {
-            return res.unwrap_or(Err(ServerError::Stopped));
-        }
         match tokio::time::timeout(self.inner.request_timeout, rx).await {
             Ok(Ok(res)) => res,
             Ok(Err(_)) => Err(ServerError::Stopped),

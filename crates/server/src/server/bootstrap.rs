@@ -20,7 +20,6 @@ use crate::apply::Applier;
 use crate::config::Config;
 use crate::ids::Hex;
 use crate::metrics::Metrics;
-use crate::raft::lone_wait::Contention;
 use crate::raft::node::{RaftNode, RaftNodeConfig};
 use crate::raft::storage::RaftStorage;
 use crate::raft::transport::Transport;
@@ -233,7 +232,6 @@ impl EtcdServer {
         transport.add_peers(&members);
         let wait = Arc::new(Wait::default());
         let status = Arc::new(RaftStatus::starting_at(applied));
-        let contention = Arc::new(Contention::default());
         let node = RaftNode {
             raw,
             storage,
@@ -241,7 +239,6 @@ impl EtcdServer {
             applier: applier.clone(),
             wait: wait.clone(),
             status: status.clone(),
-            contention: contention.clone(),
             metrics,
             transport: transport.clone(),
             rx: raft_rx,
@@ -268,7 +265,6 @@ impl EtcdServer {
             raft_tx.clone(),
             wait,
             status,
-            contention,
             request_timeout,
             cfg.max_request_bytes,
         );
