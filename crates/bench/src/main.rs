@@ -3,12 +3,16 @@
 //! The same subcommands and flags as etcd's `tools/benchmark`, so an etcd
 //! user runs the same command lines; a Kubernetes-like workload (`k8s`);
 //! and `compare`, which starts a real etcd and retcd with the same flags and
-//! runs the standard suite on both in one run.
+//! runs the standard suite — or, with `--scale KIND`, the scale workloads
+//! (store size, watchers, leases) — on both in one run; `plot` redraws a
+//! scale run's charts from its saved JSON.
 
 mod compare;
 mod k8s;
+mod plot;
 mod report;
 mod runner;
+mod scale;
 mod watch;
 mod watch_decode;
 mod workloads;
@@ -221,7 +225,17 @@ enum Cmd {
         k: K8sArgs,
     },
     /// Start real etcd and retcd with the same flags and compare them.
-    Compare(compare::CompareArgs),
+    // boxed: its flags outweigh every other subcommand's
+    Compare(Box<compare::CompareArgs>),
+    /// Draw the PNG charts of a saved scale run (`compare --scale KIND -w json > FILE`).
+    Plot {
+        /// The JSON a scale run printed.
+        #[arg(long)]
+        from: std::path::PathBuf,
+        /// Directory to write the charts into (created if missing).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -299,6 +313,13 @@ fn emit(fmt: Format, reports: &[Report]) {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Cmd::Plot { from, out } = &cli.cmd {
+        // no server, no runtime: drawing only
+        for p in plot::plot_file(from, out)? {
+            println!("{}", p.display());
+        }
+        return Ok(());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -454,7 +475,7 @@ async fn real_main(cli: Cli) -> Result<()> {
             }
             v
         }
-        Cmd::Compare(_) => unreachable!("handled above"),
+        Cmd::Compare(_) | Cmd::Plot { .. } => unreachable!("handled above"),
     };
     emit(cli.write_out, &reports);
     if reports.iter().all(|r| r.requests == 0) {
@@ -480,5 +501,6 @@ fn watch_opts(
         key_size: w.key_size,
         val_size: w.val_size,
         drain_timeout: Duration::from_secs(30),
+        watchers_total: None,
     }
 }
