@@ -88,11 +88,18 @@ impl ScaleArg {
 }
 
 impl CompareArgs {
-    /// The suite's request multiplier (1 unless `--scale F`).
+    /// The suite's request multiplier (1 unless `--scale F`); an error if
+    /// `--scale` mixes a number with kinds or gives several numbers.
     fn factor(&self) -> Result<f64> {
-        match self.scale.as_slice() {
+        let factors: Vec<f64> = (self.scale.iter())
+            .filter_map(|s| match s {
+                ScaleArg::Factor(f) => Some(*f),
+                ScaleArg::Kind(_) => None,
+            })
+            .collect();
+        match factors.as_slice() {
             [] => Ok(1.0),
-            [ScaleArg::Factor(f)] => Ok(*f),
+            [f] if self.scale.len() == 1 => Ok(*f),
             _ => bail!("--scale takes one number (the suite) or scale kinds, not both"),
         }
     }
@@ -716,10 +723,10 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
     if let Some(c) = &a.client_cpus {
         pin_self(c)?;
     }
-    let factor = a.factor();
+    a.factor()?;
     let kinds = a.scale_kinds();
-    if kinds.is_empty() {
-        factor?;
+    if kinds.is_empty() && (a.scale_opts.plot.is_some() || !a.scale_opts.sizes.is_empty()) {
+        bail!("--plot and --sizes belong to the scale workloads: add --scale KIND (keys, watchers, leases)");
     }
     let rows: Vec<String> = if a.rows.is_empty() {
         SUITE.iter().map(|s| s.to_string()).collect()
@@ -817,7 +824,37 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::port_taken;
+    use super::{port_taken, CompareArgs};
+    use crate::scale::ScaleKind;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: CompareArgs,
+    }
+
+    fn args(v: &[&str]) -> Result<CompareArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("compare").chain(v.iter().copied())).map(|c| c.a)
+    }
+
+    /// `--scale` is the suite's multiplier or the scale kinds, not both.
+    #[test]
+    fn scale_is_a_factor_or_kinds() {
+        let a = args(&[]).unwrap();
+        assert_eq!(a.factor().unwrap(), 1.0);
+        assert!(a.scale_kinds().is_empty());
+        let a = args(&["--scale", "0.002"]).unwrap();
+        assert_eq!(a.factor().unwrap(), 0.002);
+        assert!(a.scale_kinds().is_empty());
+        let a = args(&["--scale", "leases,keys", "--scale", "keys"]).unwrap();
+        assert_eq!(a.scale_kinds(), vec![ScaleKind::Leases, ScaleKind::Keys]);
+        assert_eq!(a.factor().unwrap(), 1.0);
+        assert!(args(&["--scale", "keys,0.5"]).unwrap().factor().is_err());
+        assert!(args(&["--scale", "1,0.5"]).unwrap().factor().is_err());
+        assert!(args(&["--scale", "pods"]).is_err());
+        assert!(args(&["--scale", "0"]).is_err());
+    }
 
     #[test]
     fn port_taken_matches_retcd_and_etcd() {

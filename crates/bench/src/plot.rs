@@ -144,6 +144,24 @@ fn sizes(series: &[Series]) -> Vec<f64> {
     v
 }
 
+/// Ticks for a log axis over `[lo, hi]`: 1-2-5 steps, or every 1…9 step
+/// when the range is too narrow for four of those.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let steps = |ms: &[f64]| -> Vec<f64> {
+        let (k0, k1) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+        (k0..=k1)
+            .flat_map(|k| ms.iter().map(move |m| m * 10f64.powi(k)))
+            .filter(|v| *v >= lo && *v <= hi)
+            .collect()
+    };
+    let v = steps(&[1.0, 2.0, 5.0]);
+    if v.len() >= 4 {
+        v
+    } else {
+        steps(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
+    }
+}
+
 /// One chart of `series` in `area`.
 fn panel(
     area: &DrawingArea<BitMapBackend<'_>, Shift>,
@@ -163,12 +181,11 @@ fn panel(
         .build_cartesian_2d(
             // a tick at every size measured
             (x0..x1).log_scale().with_key_points(sizes(series)),
-            (y0..y1).log_scale(),
+            (y0..y1).log_scale().with_key_points(log_ticks(y0, y1)),
         )?;
     c.configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
-        .y_labels(8)
         .label_style((FONT, 15))
         .axis_desc_style((FONT, 16))
         .x_label_formatter(&|x| human(*x))
@@ -408,6 +425,18 @@ pub fn plot_file(from: &Path, out: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::human;
+
+    #[test]
+    fn log_ticks_fill_narrow_ranges() {
+        assert_eq!(
+            super::log_ticks(0.9, 120.0),
+            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
+        assert_eq!(
+            super::log_ticks(35.0, 180.0),
+            vec![40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0]
+        );
+    }
 
     #[test]
     fn human_numbers() {

@@ -104,7 +104,8 @@ pub struct ScaleOpts {
     /// watchers: watch streams (default N/10, at most 10000, at least 1).
     #[arg(long)]
     pub streams: Option<usize>,
-    /// watchers: puts to the watched key once the watchers are created.
+    /// watchers: puts to the watched key once the watchers are created
+    /// (64-byte values: what grows is the number of events, not their size).
     #[arg(long, default_value_t = 1000)]
     pub puts: u64,
     /// watchers: puts per second.

@@ -306,3 +306,36 @@ async fn open_watch_stream(
     let req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(requests));
     Ok(grpc.streaming(req, path, codec).await?.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(streams: usize, per: usize, total: Option<usize>) -> WatchOpts {
+        WatchOpts {
+            streams,
+            watch_per_stream: per,
+            watched_key_total: 1,
+            put_total: 1,
+            put_rate: 0.0,
+            put_clients: 1,
+            key_size: 8,
+            val_size: 8,
+            drain_timeout: Duration::from_secs(1),
+            watchers_total: total,
+        }
+    }
+
+    /// N watchers over S streams: every watcher on some stream, the
+    /// streams' counts within one of each other.
+    #[test]
+    fn watchers_spread_over_streams() {
+        let o = opts(3, 5, None);
+        assert_eq!(o.total_watchers(), 15);
+        assert_eq!((0..3).map(|s| o.watchers_on_stream(s)).sum::<usize>(), 15);
+        let o = opts(4, 0, Some(10));
+        assert_eq!(o.total_watchers(), 10);
+        let per: Vec<usize> = (0..4).map(|s| o.watchers_on_stream(s)).collect();
+        assert_eq!(per, vec![3, 3, 2, 2]);
+    }
+}
