@@ -278,11 +278,11 @@ async fn bench_scale_measures_every_kind_on_both_servers() {
             assert_png(&charts.join(c));
         }
 
-        // The same charts again from the saved JSON.
+        // The same charts again from the saved JSON, and its tables.
         let saved = tmp.path().join("results.json");
         std::fs::write(&saved, &out).expect("save results");
         let again = tmp.path().join("again");
-        let listed = bench(
+        let tables = bench(
             tmp.path(),
             "plot",
             &[
@@ -295,9 +295,20 @@ async fn bench_scale_measures_every_kind_on_both_servers() {
         )
         .await;
         for c in CHARTS {
-            assert!(listed.contains(c), "{c} not listed in:\n{listed}");
             assert_png(&again.join(c));
         }
+        for s in [
+            "### keys: fill, memory, restart — medians of 1 run(s)",
+            "| keys | etcd fill puts/s | retcd fill puts/s | ratio |",
+            "| 300 |",
+            "### keys: KV.RangeStream",
+            "### watchers — medians of 1 run(s)",
+            "| 50 |",
+            "### leases — medians of 1 run(s)",
+        ] {
+            assert!(tables.contains(s), "missing {s:?} in:\n{tables}");
+        }
+        assert!(!tables.contains("Errors:"), "{tables}");
 
         // The text output: a markdown table per kind, both servers and the ratio.
         let text = bench(

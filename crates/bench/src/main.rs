@@ -227,14 +227,15 @@ enum Cmd {
     /// Start real etcd and retcd with the same flags and compare them.
     // boxed: its flags outweigh every other subcommand's
     Compare(Box<compare::CompareArgs>),
-    /// Draw the PNG charts of a saved scale run (`compare --scale KIND -w json > FILE`).
+    /// Print the tables of a saved scale run (`compare --scale KIND -w json
+    /// > FILE`) and, with `--out`, draw its PNG charts.
     Plot {
         /// The JSON a scale run printed.
         #[arg(long)]
         from: std::path::PathBuf,
         /// Directory to write the charts into (created if missing).
         #[arg(long)]
-        out: std::path::PathBuf,
+        out: Option<std::path::PathBuf>,
     },
 }
 
@@ -314,9 +315,13 @@ fn emit(fmt: Format, reports: &[Report]) {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     if let Cmd::Plot { from, out } = &cli.cmd {
-        // no server, no runtime: drawing only
-        for p in plot::plot_file(from, out)? {
-            println!("{}", p.display());
+        // no server, no runtime: printing and drawing only
+        let r = plot::load(from)?;
+        scale::print_all_tables(&r.points);
+        if let Some(out) = out {
+            for p in plot::write_charts(&r, out)? {
+                eprintln!("chart: {}", p.display());
+            }
         }
         return Ok(());
     }

@@ -1,6 +1,6 @@
 //! PNG charts of a scale run (`compare --scale … --plot DIR`, or
 //! `retcd-bench plot --from results.json --out DIR` to redraw saved
-//! results): both servers on every chart, medians over runs, log-scale
+//! results, which also prints their tables again): both servers on every chart, medians over runs, log-scale
 //! axes (sizes grow tenfold per point, and costs span decades).
 //!
 //! Drawn with `plotters` into an RGB buffer and written with `png`, with
@@ -407,8 +407,8 @@ pub fn write_charts(r: &ScaleResults, dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// `retcd-bench plot --from FILE --out DIR`.
-pub fn plot_file(from: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+/// The results saved by `compare --scale KIND -w json`, for `retcd-bench plot`.
+pub fn load(from: &Path) -> Result<ScaleResults> {
     let text = std::fs::read_to_string(from).with_context(|| format!("read {}", from.display()))?;
     let r: ScaleResults = serde_json::from_str(&text).with_context(|| {
         format!(
@@ -419,7 +419,7 @@ pub fn plot_file(from: &Path, out: &Path) -> Result<Vec<PathBuf>> {
     if r.points.is_empty() {
         anyhow::bail!("{} holds no scale points", from.display());
     }
-    write_charts(&r, out)
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -1332,6 +1332,16 @@ fn print_table(
     }
 }
 
+/// The tables of every kind in `points` (`retcd-bench plot` on saved results).
+pub fn print_all_tables(points: &[ScalePoint]) {
+    for kind in ScaleKind::ALL {
+        let sizes = sizes_in(points, kind);
+        if !sizes.is_empty() {
+            print_tables(kind, &sizes, points);
+        }
+    }
+}
+
 /// The tables of one kind, then every error of its points.
 fn print_tables(kind: ScaleKind, sizes: &[u64], points: &[ScalePoint]) {
     match kind {
