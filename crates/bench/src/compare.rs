@@ -36,9 +36,15 @@ pub struct CompareArgs {
     /// Runs per cluster size and server; the table shows medians.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Multiplies every row's request count (0.01 for a smoke run).
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
+    /// Either a number, which multiplies every row's request count of the
+    /// standard suite (0.01 for a smoke run; default 1), or scale kinds
+    /// (repeatable or a comma list: keys, watchers, leases), which run the
+    /// scale workloads instead of the suite: each point of `--sizes` on a
+    /// fresh 1-node server (`--nodes` is not used).
+    #[arg(long, value_delimiter = ',', value_parser = ScaleArg::parse)]
+    pub scale: Vec<ScaleArg>,
+    #[command(flatten)]
+    pub scale_opts: crate::scale::ScaleOpts,
     /// Only these rows (default: the whole suite). Rows: put-1, put-100,
     /// txn-put-100, range-l-100, range-s-100, watch-1000, k8s, lease-keepalive.
     #[arg(long, value_delimiter = ',')]
@@ -59,6 +65,57 @@ pub struct CompareArgs {
     /// Confine this benchmark process (the client) to these CPUs, e.g. `1`.
     #[arg(long)]
     pub client_cpus: Option<String>,
+}
+
+/// One value of `--scale`: the suite's request multiplier or a scale kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScaleArg {
+    Factor(f64),
+    Kind(crate::scale::ScaleKind),
+}
+
+impl ScaleArg {
+    fn parse(s: &str) -> Result<ScaleArg, String> {
+        if let Ok(f) = s.parse::<f64>() {
+            return if f > 0.0 && f.is_finite() {
+                Ok(ScaleArg::Factor(f))
+            } else {
+                Err(format!("scale factor {s} must be positive"))
+            };
+        }
+        crate::scale::ScaleKind::parse(s).map(ScaleArg::Kind)
+    }
+}
+
+impl CompareArgs {
+    /// The suite's request multiplier (1 unless `--scale F`); an error if
+    /// `--scale` mixes a number with kinds or gives several numbers.
+    fn factor(&self) -> Result<f64> {
+        let factors: Vec<f64> = (self.scale.iter())
+            .filter_map(|s| match s {
+                ScaleArg::Factor(f) => Some(*f),
+                ScaleArg::Kind(_) => None,
+            })
+            .collect();
+        match factors.as_slice() {
+            [] => Ok(1.0),
+            [f] if self.scale.len() == 1 => Ok(*f),
+            _ => bail!("--scale takes one number (the suite) or scale kinds, not both"),
+        }
+    }
+
+    /// The scale kinds asked for, in order, without repeats (empty: run the suite).
+    pub(crate) fn scale_kinds(&self) -> Vec<crate::scale::ScaleKind> {
+        let mut v = Vec::new();
+        for a in &self.scale {
+            if let ScaleArg::Kind(k) = a {
+                if !v.contains(k) {
+                    v.push(*k);
+                }
+            }
+        }
+        v
+    }
 }
 
 /// Confines every thread of this process (the client) to `cpus`; threads
@@ -86,15 +143,15 @@ pub const SUITE: [&str; 7] = [
     "k8s",
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum Flavor {
+pub(crate) enum Flavor {
     Etcd,
     Retcd,
 }
 
 impl Flavor {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Flavor::Etcd => "etcd",
             Flavor::Retcd => "retcd",
@@ -160,10 +217,36 @@ fn find_retcd(explicit: &Option<PathBuf>) -> Result<PathBuf> {
     bail!("no retcd binary found: build it with `cargo build --release -p retcd-server` (it is looked for beside retcd-bench), or pass --retcd-bin / set RETCD_BIN")
 }
 
+/// How one member was started: enough to start it again on the same data
+/// dir and ports (the scale workload's restart).
+struct MemberCmd {
+    bin: PathBuf,
+    args: Vec<String>,
+    cpus: Option<String>,
+    log: PathBuf,
+}
+
+impl MemberCmd {
+    fn spawn(&self) -> Result<Process> {
+        // `taskset -c CPUS bin ...` execs the server: same PID.
+        let mut cmd = match &self.cpus {
+            Some(c) => {
+                let mut t = Command::new("taskset");
+                t.arg("-c").arg(c).arg(&self.bin);
+                t
+            }
+            None => Command::new(&self.bin),
+        };
+        cmd.args(&self.args);
+        Process::spawn(&mut cmd, &self.log).with_context(|| format!("start {}", self.bin.display()))
+    }
+}
+
 /// N server processes on loopback; dropping it kills and reaps them.
-struct Servers {
+pub(crate) struct Servers {
     procs: Vec<Process>,
-    endpoints: Vec<String>,
+    cmds: Vec<MemberCmd>,
+    pub(crate) endpoints: Vec<String>,
 }
 
 impl Servers {
@@ -182,20 +265,12 @@ impl Servers {
         let token = format!("bench-{}", std::process::id());
         let mut s = Servers {
             procs: Vec::new(),
+            cmds: Vec::new(),
             endpoints: Vec::new(),
         };
         for (i, (c, p)) in ports.iter().enumerate() {
             let (name, data_dir) = (format!("m{i}"), dir.join(format!("m{i}.etcd")));
             let (curl, purl) = (url(*c), url(*p));
-            // `taskset -c CPUS bin ...` execs the server: same PID.
-            let mut cmd = match cpus {
-                Some(c) => {
-                    let mut t = Command::new("taskset");
-                    t.arg("-c").arg(c).arg(bin);
-                    t
-                }
-                None => Command::new(bin),
-            };
             let flags = MemberFlags {
                 name: &name,
                 data_dir: &data_dir,
@@ -206,11 +281,16 @@ impl Servers {
                 token: &token,
                 state: "new",
             };
-            cmd.args(flags.args()).args(extra);
-            let log = dir.join(format!("{name}.log"));
-            let proc = Process::spawn(&mut cmd, &log)
-                .with_context(|| format!("start {}", bin.display()))?;
-            s.procs.push(proc);
+            let mut args = flags.args();
+            args.extend(extra.iter().cloned());
+            let m = MemberCmd {
+                bin: bin.to_path_buf(),
+                args,
+                cpus: cpus.map(String::from),
+                log: dir.join(format!("{name}.log")),
+            };
+            s.procs.push(m.spawn()?);
+            s.cmds.push(m);
             s.endpoints.push(curl);
         }
         s.wait_ready().await?;
@@ -235,16 +315,56 @@ impl Servers {
         Ok(())
     }
 
-    fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         self.procs.iter().map(Process::pid).collect()
     }
 
-    fn cpu_secs(&self) -> f64 {
+    pub(crate) fn cpu_secs(&self) -> f64 {
         self.pids().into_iter().map(pid_cpu_secs).sum()
     }
 
+    /// The last `max_bytes` of member `i`'s log.
+    pub(crate) fn log_tail(&self, i: usize, max_bytes: u64) -> String {
+        self.procs[i].log_tail(max_bytes)
+    }
+
+    /// Stops member `i` as an operator would (SIGTERM, SIGKILL after
+    /// `grace`), polling without blocking the runtime; the seconds it took
+    /// to exit.
+    pub(crate) async fn stop_member(&mut self, i: usize, grace: Duration) -> f64 {
+        let p = &mut self.procs[i];
+        let t = Instant::now();
+        p.signal("TERM");
+        while p.is_running() {
+            if t.elapsed() >= grace {
+                p.kill();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        t.elapsed().as_secs_f64()
+    }
+
+    /// Starts member `i` again (after [`Servers::stop_member`]) with the
+    /// flags it had: same data dir, same ports, its log appended to.
+    pub(crate) fn respawn_member(&mut self, i: usize) -> Result<()> {
+        self.procs[i] = self.cmds[i].spawn()?;
+        Ok(())
+    }
+
+    /// Whether member `i` still runs; its log tail if it exited.
+    pub(crate) fn check_running(&mut self, i: usize) -> Result<()> {
+        match self.procs[i].try_exit() {
+            None => Ok(()),
+            Some(st) => bail!(
+                "server m{i} exited ({st}); log tail:\n{}",
+                self.procs[i].log_tail(3000)
+            ),
+        }
+    }
+
     /// Largest VmRSS over the members, bytes.
-    fn max_rss(&self) -> u64 {
+    pub(crate) fn max_rss(&self) -> u64 {
         self.pids()
             .into_iter()
             .filter_map(rss_bytes)
@@ -353,6 +473,7 @@ async fn run_row(row: &str, endpoints: &[String], scale: f64) -> Result<Report> 
                 key_size: 8,
                 val_size: 256,
                 drain_timeout: Duration::from_secs(30),
+                watchers_total: None,
             };
             watch::watch(&c, &channels, &o, false).await?.0
         }
@@ -381,7 +502,7 @@ async fn run_row(row: &str, endpoints: &[String], scale: f64) -> Result<Report> 
 /// `Servers::start` in a fresh `dir`, again (up to three times) when a
 /// member lost its port: `free_port` releases the port it found before the
 /// server binds it, and an outgoing connection can take it meanwhile.
-async fn start_with_port_retry(
+pub(crate) async fn start_with_port_retry(
     bin: &Path,
     nodes: usize,
     dir: &Path,
@@ -432,7 +553,7 @@ async fn run_suite(
         let cpu0 = servers.cpu_secs();
         let r = tokio::time::timeout(
             Duration::from_secs(600),
-            run_row(row, &servers.endpoints, a.scale),
+            run_row(row, &servers.endpoints, a.factor()?),
         )
         .await
         .map_err(|_| anyhow!("{row} did not finish in 600 s"))??;
@@ -482,14 +603,14 @@ async fn run_suite(
 /// (keeping the logs) and waits for the system's dirty pages to be written
 /// back, so that the next server's fsyncs do not queue behind the last
 /// one's writeback (which would favour whichever server writes less).
-async fn settle_disk(dir: &Path, nodes: usize) {
+pub(crate) async fn settle_disk(dir: &Path, nodes: usize) {
     for i in 0..nodes {
         let _ = std::fs::remove_dir_all(dir.join(format!("m{i}.etcd")));
     }
     let _ = tokio::task::spawn_blocking(rustix::fs::sync).await;
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -502,7 +623,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn ratio(a: f64, b: f64) -> String {
+pub(crate) fn ratio(a: f64, b: f64) -> String {
     if b > 0.0 && a.is_finite() {
         format!("{:.2}×", a / b)
     } else {
@@ -602,6 +723,11 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
     if let Some(c) = &a.client_cpus {
         pin_self(c)?;
     }
+    a.factor()?;
+    let kinds = a.scale_kinds();
+    if kinds.is_empty() && (a.scale_opts.plot.is_some() || !a.scale_opts.sizes.is_empty()) {
+        bail!("--plot and --sizes belong to the scale workloads: add --scale KIND (keys, watchers, leases)");
+    }
     let rows: Vec<String> = if a.rows.is_empty() {
         SUITE.iter().map(|s| s.to_string()).collect()
     } else {
@@ -640,19 +766,35 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
             .unwrap_or_default(),
         version(&retcd)
     );
-    eprintln!(
-        "data:  {}  scale {}  runs {}  rows {:?}",
-        root.path().display(),
-        a.scale,
-        a.runs,
-        rows
-    );
+    if kinds.is_empty() {
+        eprintln!(
+            "data:  {}  scale {}  runs {}  rows {:?}",
+            root.path().display(),
+            a.factor()?,
+            a.runs,
+            rows
+        );
+    } else {
+        eprintln!(
+            "data:  {}  scale {:?}  runs {}",
+            root.path().display(),
+            kinds,
+            a.runs,
+        );
+    }
     if a.server_cpus.is_some() || a.client_cpus.is_some() {
         eprintln!(
             "cpus:  servers {}  client {}",
             a.server_cpus.as_deref().unwrap_or("any"),
             a.client_cpus.as_deref().unwrap_or("any")
         );
+    }
+    if !kinds.is_empty() {
+        let bins = crate::scale::Bins {
+            etcd: etcd.map(|b| (version(&Some(b.clone())), b)),
+            retcd: retcd.map(|b| (version(&Some(b.clone())), b)),
+        };
+        return crate::scale::run(a, &kinds, &bins, &flavors, root.path(), json).await;
     }
     let mut results = Vec::new();
     for &nodes in &a.nodes {
@@ -671,7 +813,7 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
             }
         }
         if !json {
-            print_table(nodes, &results, &rows, a.scale);
+            print_table(nodes, &results, &rows, a.factor()?);
         }
     }
     if json {
@@ -682,7 +824,37 @@ pub async fn compare(a: &CompareArgs, json: bool) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::port_taken;
+    use super::{port_taken, CompareArgs};
+    use crate::scale::ScaleKind;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: CompareArgs,
+    }
+
+    fn args(v: &[&str]) -> Result<CompareArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("compare").chain(v.iter().copied())).map(|c| c.a)
+    }
+
+    /// `--scale` is the suite's multiplier or the scale kinds, not both.
+    #[test]
+    fn scale_is_a_factor_or_kinds() {
+        let a = args(&[]).unwrap();
+        assert_eq!(a.factor().unwrap(), 1.0);
+        assert!(a.scale_kinds().is_empty());
+        let a = args(&["--scale", "0.002"]).unwrap();
+        assert_eq!(a.factor().unwrap(), 0.002);
+        assert!(a.scale_kinds().is_empty());
+        let a = args(&["--scale", "leases,keys", "--scale", "keys"]).unwrap();
+        assert_eq!(a.scale_kinds(), vec![ScaleKind::Leases, ScaleKind::Keys]);
+        assert_eq!(a.factor().unwrap(), 1.0);
+        assert!(args(&["--scale", "keys,0.5"]).unwrap().factor().is_err());
+        assert!(args(&["--scale", "1,0.5"]).unwrap().factor().is_err());
+        assert!(args(&["--scale", "pods"]).is_err());
+        assert!(args(&["--scale", "0"]).is_err());
+    }
 
     #[test]
     fn port_taken_matches_retcd_and_etcd() {

@@ -3,12 +3,16 @@
 //! The same subcommands and flags as etcd's `tools/benchmark`, so an etcd
 //! user runs the same command lines; a Kubernetes-like workload (`k8s`);
 //! and `compare`, which starts a real etcd and retcd with the same flags and
-//! runs the standard suite on both in one run.
+//! runs the standard suite — or, with `--scale KIND`, the scale workloads
+//! (store size, watchers, leases) — on both in one run; `plot` redraws a
+//! scale run's charts from its saved JSON.
 
 mod compare;
 mod k8s;
+mod plot;
 mod report;
 mod runner;
+mod scale;
 mod watch;
 mod watch_decode;
 mod workloads;
@@ -221,7 +225,18 @@ enum Cmd {
         k: K8sArgs,
     },
     /// Start real etcd and retcd with the same flags and compare them.
-    Compare(compare::CompareArgs),
+    // boxed: its flags outweigh every other subcommand's
+    Compare(Box<compare::CompareArgs>),
+    /// Print the tables of a saved scale run (`compare --scale KIND -w json
+    /// > FILE`) and, with `--out`, draw its PNG charts.
+    Plot {
+        /// The JSON a scale run printed.
+        #[arg(long)]
+        from: std::path::PathBuf,
+        /// Directory to write the charts into (created if missing).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -299,6 +314,17 @@ fn emit(fmt: Format, reports: &[Report]) {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Cmd::Plot { from, out } = &cli.cmd {
+        // no server, no runtime: printing and drawing only
+        let r = plot::load(from)?;
+        scale::print_all_tables(&r.points);
+        if let Some(out) = out {
+            for p in plot::write_charts(&r, out)? {
+                eprintln!("chart: {}", p.display());
+            }
+        }
+        return Ok(());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -454,7 +480,7 @@ async fn real_main(cli: Cli) -> Result<()> {
             }
             v
         }
-        Cmd::Compare(_) => unreachable!("handled above"),
+        Cmd::Compare(_) | Cmd::Plot { .. } => unreachable!("handled above"),
     };
     emit(cli.write_out, &reports);
     if reports.iter().all(|r| r.requests == 0) {
@@ -480,5 +506,6 @@ fn watch_opts(
         key_size: w.key_size,
         val_size: w.val_size,
         drain_timeout: Duration::from_secs(30),
+        watchers_total: None,
     }
 }
