@@ -10,9 +10,8 @@
 
 use std::marker::PhantomData;
 
-use bytes::BufMut;
 use prost::Message;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::Status;
 use tonic_prost::ProstDecoder;
 
@@ -36,14 +35,14 @@ where
     type Encode = T;
     type Decode = U;
     type Encoder = ExactEncoder<T>;
-    type Decoder = ExactDecoder<U>;
+    type Decoder = ProstDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ExactEncoder { _pd: PhantomData }
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ExactDecoder(ProstDecoder::default())
+        ProstDecoder::default()
     }
 }
 
@@ -58,33 +57,12 @@ impl<T: Message> Encoder for ExactEncoder<T> {
     type Error = Status;
 
     fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        let len = item.encoded_len();
-        if buf.remaining_mut() < len {
-            return Err(Status::internal("retcd: message too large to encode"));
-        }
-        buf.reserve(len);
+        buf.reserve(item.encoded_len());
         item.encode(buf)
             .map_err(|e| Status::internal(format!("retcd: encode: {e}")))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::default()
-    }
-}
-
-/// prost's decoder, unchanged.
-#[derive(Debug)]
-pub struct ExactDecoder<U>(ProstDecoder<U>);
-
-impl<U: Message + Default> Decoder for ExactDecoder<U> {
-    type Item = U;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        self.0.decode(buf)
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        self.0.buffer_settings()
     }
 }

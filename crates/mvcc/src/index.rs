@@ -99,10 +99,11 @@ impl TreeIndex {
 
     /// Mutable access for rebuilding from the backend.
     pub(crate) fn key_index_entry(&mut self, key: &[u8]) -> &mut KeyIndex {
-        if !self.tree.contains_key(key) {
-            self.tree.insert(key.to_vec(), KeyIndex::new());
+        // allocate the key only when it is new
+        if self.tree.contains_key(key) {
+            return self.tree.get_mut(key).expect("present");
         }
-        self.tree.get_mut(key).expect("inserted")
+        self.tree.entry(key.to_vec()).or_default()
     }
 
     fn visit_keys<'a>(

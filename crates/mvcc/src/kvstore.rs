@@ -47,7 +47,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use prost::Message;
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
 use retcd_api::retcdpb::KeyValueHead;
@@ -179,8 +178,7 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
         let (r, tombstone) = Revision::parse(k.value())
             .ok_or_else(|| MvccError::Backend(format!("invalid revision key {:?}", k.value())))?;
         // the row without its value: no copy of the value per row
-        let kv = KeyValueHead::decode(v.value())
-            .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {r}: {e}")))?;
+        let kv: KeyValueHead = range::decode_row(v.value(), r)?;
         rev = r.main;
         let ki = index.key_index_entry(&kv.key);
         if tombstone && ki.generations.is_empty() {
@@ -297,16 +295,25 @@ impl KvStore {
     /// A Range over the committed state. The response carries a header with
     /// only `revision` set (the current revision), for the server to fill in.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
+        self.range_with(req, true, self.max_response_bytes())
+    }
+
+    fn range_with(
+        &self,
+        req: &RangeRequest,
+        with_count: bool,
+        max_bytes: usize,
+    ) -> Result<RangeResponse, MvccError> {
         let (plan, snapshot) = {
             let index = self.index.read();
             let p = self.published.read().clone();
             (
-                range::plan(&index, req, p.rev, p.compact_rev, true)?,
+                range::plan(&index, req, p.rev, p.compact_rev, with_count)?,
                 p.snapshot,
             )
         };
         let table = snapshot.open_table(KEY)?;
-        range::fetch(&table, req, plan, self.max_response_bytes())
+        range::fetch(&table, req, plan, max_bytes)
     }
 
     /// Every live key with a lease, and its lease, at the current
@@ -323,12 +330,7 @@ impl KvStore {
         let table = snapshot.open_table(KEY)?;
         let mut out = Vec::new();
         for rev in revs {
-            let bytes = rev.to_bytes();
-            let v = table
-                .get(bytes.as_slice())?
-                .ok_or_else(|| MvccError::Backend(format!("cannot find rev {rev}")))?;
-            let kv = KeyValueHead::decode(v.value())
-                .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))?;
+            let kv: KeyValueHead = range::decode_row(range::read_row(&table, rev)?.value(), rev)?;
             if kv.lease != 0 {
                 out.push((kv.key, kv.lease));
             }
@@ -349,16 +351,7 @@ impl KvStore {
     /// response's `count` is not computed (the index walk stops after
     /// `limit + 1` keys). `more` says whether keys follow the chunk.
     pub fn range_chunk(&self, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
-        let (plan, snapshot) = {
-            let index = self.index.read();
-            let p = self.published.read().clone();
-            (
-                range::plan(&index, req, p.rev, p.compact_rev, false)?,
-                p.snapshot,
-            )
-        };
-        let table = snapshot.open_table(KEY)?;
-        range::fetch(&table, req, plan, usize::MAX)
+        self.range_with(req, false, usize::MAX)
     }
 
     /// Keys in the index: every key with a history not yet compacted

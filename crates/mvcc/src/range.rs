@@ -9,7 +9,7 @@
 use std::cmp::Ordering;
 
 use prost::Message;
-use redb::ReadableTable;
+use redb::{AccessGuard, ReadableTable};
 use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 use retcd_api::mvccpb::KeyValue;
@@ -86,17 +86,31 @@ pub(crate) fn plan(
     })
 }
 
+/// The row stored at `rev` (an encoded `mvccpb.KeyValue`).
+pub(crate) fn read_row<T>(
+    table: &T,
+    rev: Revision,
+) -> Result<AccessGuard<'_, &'static [u8]>, MvccError>
+where
+    T: ReadableTable<&'static [u8], &'static [u8]>,
+{
+    let bytes = rev.to_bytes();
+    table
+        .get(bytes.as_slice())?
+        .ok_or_else(|| MvccError::Backend(format!("range cannot find rev {rev}")))
+}
+
+/// Decodes a row as `M` (`KeyValue`, or `KeyValueHead` to skip the value).
+pub(crate) fn decode_row<M: Message + Default>(row: &[u8], rev: Revision) -> Result<M, MvccError> {
+    M::decode(row).map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))
+}
+
 /// Reads the value stored at `rev`.
 pub(crate) fn read_kv<T>(table: &T, rev: Revision) -> Result<KeyValue, MvccError>
 where
     T: ReadableTable<&'static [u8], &'static [u8]>,
 {
-    let bytes = rev.to_bytes();
-    let v = table
-        .get(bytes.as_slice())?
-        .ok_or_else(|| MvccError::Backend(format!("range cannot find rev {rev}")))?;
-    KeyValue::decode(v.value())
-        .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))
+    decode_row(read_row(table, rev)?.value(), rev)
 }
 
 /// Bytes a length-delimited field of `len` bytes takes in its message.
@@ -145,11 +159,7 @@ where
             kvs.push(kv);
         } else {
             // over the bound: only the size of the rest, for the error
-            let bytes = rev.to_bytes();
-            let v = table
-                .get(bytes.as_slice())?
-                .ok_or_else(|| MvccError::Backend(format!("range cannot find rev {rev}")))?;
-            size = size.saturating_add(field_len(v.value().len()));
+            size = size.saturating_add(field_len(read_row(table, *rev)?.value().len()));
         }
     }
     if size > max_bytes {

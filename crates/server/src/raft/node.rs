@@ -126,7 +126,7 @@ impl RaftNode {
         let mut lessor_primary = false;
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
-            match self.recv_input(timeout) {
+            match self.rx.0.recv_timeout(timeout) {
                 Ok(input) => {
                     self.handle_input(input, &mut turn);
                     while let Ok(input) = self.rx.0.try_recv() {
@@ -209,11 +209,6 @@ impl RaftNode {
                 break;
             }
         }
-    }
-
-    /// The next input, waiting (parked) at most `timeout`.
-    fn recv_input(&self, timeout: Duration) -> Result<RaftInput, RecvTimeoutError> {
-        self.rx.0.recv_timeout(timeout)
     }
 
     fn handle_input(&mut self, input: RaftInput, turn: &mut Turn) {
@@ -680,9 +675,7 @@ impl RaftNode {
             tracing::warn!(error = %e, "failed to release old WAL segments");
         }
         let compact_to = applied.saturating_sub(self.cfg.catchup_entries);
-        if compact_to > self.storage.first_index_now() {
-            self.storage.compact(compact_to);
-        }
+        self.storage.compact(compact_to); // a no-op when not past the first index
         tracing::info!(
             index = applied,
             compact_to,

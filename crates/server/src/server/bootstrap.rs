@@ -366,10 +366,8 @@ fn replay_wal(cfg: &Config, kv: &KvStore, storage: &RaftStorage) -> anyhow::Resu
     // followers' catch-up, as after a snapshot (`trim_memory_log`): a
     // restart no longer holds up to --snapshot-count entries of values.
     let applied = kv.consistent_index().max(snapshot_index);
-    let compact_to = applied.saturating_sub(cfg.experimental_snapshot_catchup_entries.max(1));
-    if compact_to > storage.first_index_now() {
-        storage.compact(compact_to);
-    }
+    // (a no-op when nothing lies below the tail)
+    storage.compact(applied.saturating_sub(cfg.experimental_snapshot_catchup_entries.max(1)));
     tracing::info!(
         member = %Hex(meta.member_id),
         entries = loaded,
