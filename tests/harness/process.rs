@@ -16,6 +16,8 @@ pub struct Member {
     pub name: String,
     pub client_port: u16,
     pub peer_port: u16,
+    /// The address it listens on (127.0.0.1, or its namespaced host's).
+    pub host: String,
     bin: PathBuf,
     args: Vec<String>,
     data_dir: PathBuf,
@@ -37,6 +39,7 @@ impl Member {
             name,
             client_port,
             peer_port,
+            host: "127.0.0.1".into(),
             bin,
             args,
             data_dir,
@@ -45,19 +48,25 @@ impl Member {
         }
     }
 
+    /// The same member listening on `host` (a namespaced host's address).
+    pub(crate) fn with_host(mut self, host: String) -> Member {
+        self.host = host;
+        self
+    }
+
     /// The server binary it runs.
     pub fn binary(&self) -> &Path {
         &self.bin
     }
 
-    /// `http://127.0.0.1:<client port>`.
+    /// `http://<host>:<client port>`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}:{}", self.host, self.client_port)
     }
 
-    /// `http://127.0.0.1:<peer port>`.
+    /// `http://<host>:<peer port>`.
     pub fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        format!("http://{}:{}", self.host, self.peer_port)
     }
 
     /// The member's `--data-dir`.

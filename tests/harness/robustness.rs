@@ -30,7 +30,8 @@ use retcd_robustness::watch::{self, Filter, WatchRecord};
 use tokio::task::JoinHandle;
 
 use crate::binaries::{workspace_root, Flavor};
-use crate::cluster::{loopback_url, Cluster};
+use crate::cluster::Cluster;
+use crate::netns::NetLab;
 use crate::process::Member;
 use retcd_launch::{free_port, initial_cluster, MemberFlags};
 
@@ -80,6 +81,9 @@ pub struct Options {
     pub flags: Vec<String>,
     /// Put a [`Proxy`] in front of every peer port.
     pub proxies: bool,
+    /// Each member on its own namespaced host ([`NetLab`]; needs root);
+    /// faults through [`RbCluster::net`].
+    pub netns: bool,
     /// Run the failpoints build (retcd only); failpoints are set per member
     /// with [`RbCluster::set_failpoints`] and apply from the next start.
     pub failpoints: bool,
@@ -103,6 +107,7 @@ impl Options {
             members,
             flags: FAST.iter().map(|s| s.to_string()).collect(),
             proxies: false,
+            netns: false,
             failpoints: false,
             traffic: TrafficConfig::default(),
             watchers: vec![
@@ -146,6 +151,13 @@ impl Options {
         self
     }
 
+    /// Every member in its own network namespace ([`NetLab`]).
+    pub fn with_netns(mut self) -> Options {
+        assert!(!self.proxies, "netns and proxies do not mix");
+        self.netns = true;
+        self
+    }
+
     pub fn with_failpoints(mut self) -> Options {
         self.failpoints = true;
         self
@@ -170,6 +182,9 @@ impl Options {
 pub struct RbCluster {
     pub cluster: Cluster,
     pub proxies: Vec<Proxy>,
+    /// The namespaced hosts of [`Options::with_netns`] (dropped after the
+    /// members are killed).
+    pub net: Option<NetLab>,
     fp_files: Vec<PathBuf>,
     pub paused: Vec<bool>,
     mounts: Vec<TmpfsMount>,
@@ -244,6 +259,7 @@ impl Drop for RbCluster {
             m.kill();
         }
         self.mounts.clear();
+        self.net = None;
     }
 }
 
@@ -254,9 +270,24 @@ impl RbCluster {
             .prefix(&format!("retcd-robustness-{}-", opts.flavor.name()))
             .tempdir()
             .context("create temp dir")?;
-        // (client, listen peer, advertised peer)
+        let net = if opts.netns {
+            Some(NetLab::new(n)?)
+        } else {
+            None
+        };
+        // A member's address: its own host's, or loopback.
+        let host = |i: usize| match &net {
+            Some(lab) => lab.hosts[i].ip.to_string(),
+            None => "127.0.0.1".to_string(),
+        };
+        let url = |i: usize, port: u16| format!("http://{}:{port}", host(i));
+        // (client, listen peer, advertised peer); a namespaced host has its
+        // own ports, etcd's defaults
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| {
+                if opts.netns {
+                    return (2379, 2380, 2380);
+                }
                 let (c, p) = (free_port(), free_port());
                 (c, p, if opts.proxies { free_port() } else { p })
             })
@@ -269,7 +300,7 @@ impl RbCluster {
             }
         }
         let initial_cluster = initial_cluster(
-            (ports.iter().enumerate()).map(|(i, (_, _, a))| (format!("m{i}"), loopback_url(*a))),
+            (ports.iter().enumerate()).map(|(i, (_, _, a))| (format!("m{i}"), url(i, *a))),
         );
         let token = format!("rb-{}-{}", std::process::id(), seed);
         let server = if opts.failpoints {
@@ -288,7 +319,7 @@ impl RbCluster {
                     mounts.push(TmpfsMount::mount(&data_dir, bytes)?);
                 }
             }
-            let (curl, purl, apurl) = (loopback_url(c), loopback_url(p), loopback_url(a));
+            let (curl, purl, apurl) = (url(i, c), url(i, p), url(i, a));
             let mut flags = MemberFlags {
                 name: &format!("m{i}"),
                 data_dir: &data_dir,
@@ -317,15 +348,22 @@ impl RbCluster {
                 (server.clone(), flags)
             };
             fp_files.push(fp);
-            members.push(Member::new(
-                format!("m{i}"),
-                c,
-                p,
-                bin,
-                args,
-                data_dir,
-                dir.path().join(format!("m{i}.log")),
-            ));
+            let (bin, args) = match &net {
+                Some(lab) => lab.wrap(i, &bin, args),
+                None => (bin, args),
+            };
+            members.push(
+                Member::new(
+                    format!("m{i}"),
+                    c,
+                    p,
+                    bin,
+                    args,
+                    data_dir,
+                    dir.path().join(format!("m{i}.log")),
+                )
+                .with_host(host(i)),
+            );
         }
         let mut cluster = Cluster::from_parts(opts.flavor, members, dir);
         for m in cluster.members.iter_mut() {
@@ -337,6 +375,7 @@ impl RbCluster {
         Ok(RbCluster {
             cluster,
             proxies,
+            net,
             fp_files,
             paused: vec![false; n],
             mounts,
@@ -461,6 +500,12 @@ impl RbCluster {
     pub async fn heal(&mut self) -> Result<()> {
         for p in &self.proxies {
             p.heal();
+        }
+        if let Some(net) = self.net.as_mut() {
+            if net.faulty() {
+                eprintln!("robustness: network healed");
+            }
+            net.heal()?;
         }
         for i in 0..self.len() {
             if self.paused[i] {
@@ -890,5 +935,64 @@ pub fn wait_exit(
     match rc.cluster.members[i].wait_exit(timeout) {
         Some(st) => Ok(st),
         None => bail!("m{i} still running after {timeout:?}"),
+    }
+}
+
+/// Scenarios run one at a time (they share two cores): each holds this
+/// lock (see [`serial`]).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The lock every scenario of a test binary holds while it runs.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
+
+/// The fault phase length: short by default, longer in long mode.
+pub fn phase() -> Duration {
+    if retcd_robustness::seed::long_runs() > 0 {
+        Duration::from_secs(20)
+    } else {
+        Duration::from_secs(7)
+    }
+}
+
+/// Runs `scenario` once with `base_seed` (or `RETCD_ROBUSTNESS_SEED`), or in
+/// long mode once per fresh seed (with `RETCD_ROBUSTNESS_SEED` set too: that
+/// seed once, with the long phase, to replay a long-mode failure); every
+/// report must be clean. In long mode every seed runs even after a failure.
+pub async fn repeat<F, Fut>(name: &str, base_seed: u64, scenario: F)
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Report>,
+{
+    let _serial = serial().await;
+    let runs = retcd_robustness::seed::long_runs();
+    let replay = std::env::var("RETCD_ROBUSTNESS_SEED").is_ok();
+    let seeds: Vec<u64> = if runs == 0 || replay {
+        vec![retcd_robustness::seed::seed_for(name, base_seed)]
+    } else {
+        (0..runs)
+            .map(|_| retcd_robustness::seed::random_seed())
+            .collect()
+    };
+    let mut failed = Vec::new();
+    for s in seeds {
+        eprintln!("robustness: scenario {name}: seed {s}");
+        let rep = crate::bounded(crate::limit::SLOW, scenario(s)).await;
+        if !rep.ok() {
+            eprintln!(
+                "robustness: scenario {name}: seed {s} FAILED: {}",
+                rep.violations.join("; ")
+            );
+            failed.push(rep);
+        }
+    }
+    if let Some(rep) = failed.first() {
+        eprintln!(
+            "robustness: scenario {name}: {} failing seed(s): {:?}",
+            failed.len(),
+            failed.iter().map(|r| r.seed).collect::<Vec<_>>()
+        );
+        rep.assert_ok();
     }
 }

@@ -1653,3 +1653,54 @@ async fn health_endpoints_as_etcd() {
     })
     .await;
 }
+
+/// A SIGTERM stop closes the backend file cleanly, so the next start opens
+/// it without redb's repair pass (a read of the whole file); a SIGKILL does
+/// not, and the next start repairs it and says so. Data survives both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_stop_closes_the_backend() {
+    bounded(LIMIT, async {
+        tokio::task::spawn_blocking(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (c, pe) = (free_port(), free_port());
+            let args = member_args(dir.path(), "b1", c, pe, FAST);
+            let ep = vec![format!("127.0.0.1:{c}")];
+            let start = |tag: &str| {
+                let mut s = Proc::spawn_in(&retcd_bin(), &args, &[], dir.path(), tag);
+                s.wait_for(
+                    "ready to serve client requests",
+                    None,
+                    Duration::from_secs(60),
+                )
+                .unwrap_or_else(|e| panic!("{tag}: {e}"));
+                s
+            };
+            let repaired = |s: &Proc| s.stderr().contains("backend: repairing the database file");
+            let mut s = start("first");
+            for i in 0..20 {
+                let o = retcd_tests::etcdctl(&ep, &["put", &format!("k{i}"), "v"]);
+                assert!(o.success(), "put: {}", o.stderr);
+            }
+            s.term(Duration::from_secs(15));
+            assert!(s.stderr().contains("backend: closed"), "{}", s.stderr());
+            let mut s = start("after-term");
+            assert!(
+                !repaired(&s),
+                "repaired after a clean stop:\n{}",
+                s.stderr()
+            );
+            let o = retcd_tests::etcdctl(&ep, &["get", "k", "--prefix", "-w", "json"]);
+            assert!(o.stdout.contains("\"count\":20"), "{}", o.stdout);
+            retcd_tests::etcdctl(&ep, &["put", "after", "term"]);
+            s.kill();
+            let s = start("after-kill");
+            assert!(repaired(&s), "no repair after a SIGKILL:\n{}", s.stderr());
+            let o = retcd_tests::etcdctl(&ep, &["get", "after", "--print-value-only"]);
+            assert_eq!(o.stdout.trim(), "term", "{}", o.stderr);
+            drop(s);
+        })
+        .await
+        .expect("test thread")
+    })
+    .await;
+}

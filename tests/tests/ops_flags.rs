@@ -135,9 +135,17 @@ async fn test_pprof_cpu_profile() {
             .unwrap();
         let port = c.members[0].client_port;
         let ep = c.endpoints();
-        let load = std::thread::spawn(move || {
-            for i in 0..60 {
-                etcdctl(&ep, &["put", &format!("p{i}"), "v"]);
+        // Puts until the profile is taken (a fixed count may end before
+        // the 1 s sample starts on a loaded machine).
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let load = std::thread::spawn({
+            let done = done.clone();
+            move || {
+                let mut i = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) && i < 2000 {
+                    etcdctl(&ep, &["put", &format!("p{i}"), "v"]);
+                    i += 1;
+                }
             }
         });
         let out = c.dir().join("profile.pb.gz");
@@ -149,6 +157,7 @@ async fn test_pprof_cpu_profile() {
             ))
             .status()
             .unwrap();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
         load.join().unwrap();
         assert!(st.success(), "curl /debug/pprof/profile: {st}");
         let gz = std::fs::read(&out).unwrap();

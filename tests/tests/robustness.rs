@@ -9,65 +9,11 @@
 //! against real etcd (failpoint scenarios are retcd-only).
 //! Scenarios run one at a time (they share two cores).
 
-use std::future::Future;
 use std::time::Duration;
 
 use retcd_robustness::traffic;
-use retcd_tests::limit::SLOW as LIMIT;
-use retcd_tests::robustness::{wait_exit, Options, Report, Run};
-use retcd_tests::{bounded, member_add_when_healthy, retry_until, test_flavor, Flavor};
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The fault phase length: short by default, longer in long mode.
-fn phase() -> Duration {
-    if retcd_robustness::seed::long_runs() > 0 {
-        Duration::from_secs(20)
-    } else {
-        Duration::from_secs(7)
-    }
-}
-
-/// Runs `scenario` once with `base_seed` (or `RETCD_ROBUSTNESS_SEED`), or in
-/// long mode once per fresh seed (with `RETCD_ROBUSTNESS_SEED` set too: that
-/// seed once, with the long phase, to replay a long-mode failure); every
-/// report must be clean. In long mode every seed runs even after a failure.
-async fn repeat<F, Fut>(name: &str, base_seed: u64, scenario: F)
-where
-    F: Fn(u64) -> Fut,
-    Fut: Future<Output = Report>,
-{
-    let _serial = SERIAL.lock().await;
-    let runs = retcd_robustness::seed::long_runs();
-    let replay = std::env::var("RETCD_ROBUSTNESS_SEED").is_ok();
-    let seeds: Vec<u64> = if runs == 0 || replay {
-        vec![retcd_robustness::seed::seed_for(name, base_seed)]
-    } else {
-        (0..runs)
-            .map(|_| retcd_robustness::seed::random_seed())
-            .collect()
-    };
-    let mut failed = Vec::new();
-    for s in seeds {
-        eprintln!("robustness: scenario {name}: seed {s}");
-        let rep = bounded(LIMIT, scenario(s)).await;
-        if !rep.ok() {
-            eprintln!(
-                "robustness: scenario {name}: seed {s} FAILED: {}",
-                rep.violations.join("; ")
-            );
-            failed.push(rep);
-        }
-    }
-    if let Some(rep) = failed.first() {
-        eprintln!(
-            "robustness: scenario {name}: {} failing seed(s): {:?}",
-            failed.len(),
-            failed.iter().map(|r| r.seed).collect::<Vec<_>>()
-        );
-        rep.assert_ok();
-    }
-}
+use retcd_tests::robustness::{phase, repeat, serial, wait_exit, Options, Run};
+use retcd_tests::{member_add_when_healthy, retry_until, test_flavor, Flavor};
 
 fn opts(n: usize) -> Options {
     Options::new(test_flavor(), n)
@@ -712,7 +658,7 @@ async fn robustness_catches_ack_without_wal() {
     if test_flavor() == Flavor::Etcd {
         return;
     }
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let seed = retcd_robustness::seed::seed_for("broken_skip_wal", 112);
     let o = opts(1).with_failpoints();
     let mut run = Run::start_seeded("broken_skip_wal", o, seed).await;
@@ -747,19 +693,19 @@ async fn robustness_catches_ack_without_wal() {
     );
 }
 
-/// A deliberately broken build must be caught: 3% of applied batches lose
+/// A deliberately broken build must be caught: 10% of applied batches lose
 /// their first watch event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn robustness_catches_dropped_watch_event() {
     if test_flavor() == Flavor::Etcd {
         return;
     }
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let seed = retcd_robustness::seed::seed_for("broken_watch", 113);
     let o = opts(3).with_failpoints();
     let mut run = Run::start_seeded("broken_watch", o, seed).await;
     for i in 0..3 {
-        run.rc.set_failpoints(i, "watch_drop_event=3%return");
+        run.rc.set_failpoints(i, "watch_drop_event=10%return");
         run.rc.kill(i);
         run.rc.restart(i);
         let _ = run
@@ -768,9 +714,29 @@ async fn robustness_catches_dropped_watch_event() {
             .wait_member_ready(i, Duration::from_secs(20))
             .await;
     }
-    while run.running(Duration::from_secs(6)) {
+    // Traffic until the fault has really happened a few times (a loaded
+    // machine applies fewer batches in the same time), at most 30 s.
+    let drops = |run: &Run| -> usize {
+        (0..3)
+            .map(|i| {
+                run.rc.cluster.members[i]
+                    .log()
+                    .matches("failpoint watch_drop_event: event not sent")
+                    .count()
+            })
+            .sum()
+    };
+    let started = std::time::Instant::now();
+    while run.running(Duration::from_secs(6))
+        || (drops(&run) < 5 && started.elapsed() < Duration::from_secs(30))
+    {
         run.sleep_ms(200, 300).await;
     }
+    let dropped = drops(&run);
+    assert!(
+        dropped >= 5,
+        "watch_drop_event fired only {dropped} times: the scenario did not test what it should"
+    );
     // Keep the broken binary running through the checks.
     let rep = run.finish().await;
     assert!(

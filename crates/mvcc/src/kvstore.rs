@@ -623,6 +623,27 @@ impl KvStore {
     }
 }
 
+impl KvStore {
+    /// Shutdown, after the last apply: stops the compactor and closes the
+    /// backend file cleanly (see [`Backend::close`]), waiting up to `wait`
+    /// for a running defrag and for readers; reads after it fail. Returns
+    /// whether the file was closed. Blocks: call it from a thread that may.
+    pub fn close(&self, wait: std::time::Duration) -> Result<bool, MvccError> {
+        self.compactor.shutdown();
+        let Some(_defrag) = self.defrag_lock.try_lock_for(wait) else {
+            return Ok(false);
+        };
+        let _batch = self.batch_lock.lock();
+        let closed = self.backend.close(wait, || {
+            // the published snapshot would keep the file's database open
+            if let Ok(s) = self.backend.begin_read() {
+                self.published.write().snapshot = Arc::new(s);
+            }
+        })?;
+        Ok(closed)
+    }
+}
+
 impl Drop for KvStore {
     fn drop(&mut self) {
         // The compactor finishes its current batch and stops; what is left

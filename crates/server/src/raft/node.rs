@@ -205,6 +205,7 @@ impl RaftNode {
             }
             if let Some(done) = turn.stop.take() {
                 self.commit_durable();
+                self.close_backend();
                 let _ = done.send(());
                 break;
             }
@@ -542,6 +543,18 @@ impl RaftNode {
             self.wait.trigger(id, Ok(res));
         }
         n
+    }
+
+    /// At shutdown, after the last durable commit: the backend file is
+    /// closed cleanly, so the next start skips redb's repair pass.
+    fn close_backend(&mut self) {
+        match self.applier.kv.close(Duration::from_secs(2)) {
+            Ok(true) => tracing::info!("backend: closed"),
+            Ok(false) => {
+                tracing::warn!("backend: still in use at shutdown; the next start repairs it")
+            }
+            Err(e) => tracing::warn!(error = %e, "backend: close failed"),
+        }
     }
 
     fn commit_durable(&mut self) {

@@ -235,6 +235,41 @@ impl Backend {
         let _ = self.size_in_use();
     }
 
+    /// Closes the database file cleanly (redb then reopens it without its
+    /// repair pass, which reads the whole file), at shutdown, after the last
+    /// write: the caller guarantees no write transaction is open or will
+    /// begin. The backend is left with an empty in-memory database without
+    /// tables, so a late read fails (`table does not exist`) rather than
+    /// answering from missing data. `release` runs once the file's database
+    /// is detached, to drop the caller's own long-lived read snapshots;
+    /// then the close waits up to `wait` for other holders to finish.
+    /// Returns whether the file was closed (false: still held; redb repairs
+    /// it at the next open, as after a crash).
+    pub fn close(
+        &self,
+        wait: std::time::Duration,
+        release: impl FnOnce(),
+    ) -> Result<bool, BackendError> {
+        let placeholder =
+            Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
+        let mut old = std::mem::replace(&mut *self.db.write(), Arc::new(placeholder));
+        release();
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            match Arc::try_unwrap(old) {
+                Ok(db) => {
+                    db.close()?;
+                    return Ok(true);
+                }
+                Err(held) if std::time::Instant::now() < deadline => {
+                    old = held;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(_) => return Ok(false),
+            }
+        }
+    }
+
     /// The file this backend lives in.
     pub fn path(&self) -> &Path {
         &self.path
