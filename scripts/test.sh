@@ -57,11 +57,12 @@ done
 
 # The namespaced-host partition tests (tests/tests/partition.rs): ip
 # (iproute2) for network namespaces, veths and a bridge; nft for the faults.
-for tool in ip nft; do
-    if ! command -v "$tool" >/dev/null; then
-        pkg=iproute2; [ "$tool" = nft ] && pkg=nftables
-        echo "test.sh: installing $pkg"
-        apt_install "$pkg"
+# The power-loss tests (tests/tests/power_loss.rs): mkfs.ext4 (e2fsprogs)
+# for the members' disk images, xfs_io (xfsprogs) to shut them down.
+for tool in ip:iproute2 nft:nftables mkfs.ext4:e2fsprogs xfs_io:xfsprogs; do
+    if ! command -v "${tool%%:*}" >/dev/null; then
+        echo "test.sh: installing ${tool#*:}"
+        apt_install "${tool#*:}"
     fi
 done
 
@@ -104,18 +105,18 @@ if [ -z "${RETCD_FAILPOINTS_BIN:-}" ]; then
 fi
 
 # Two lanes, built first so neither waits for the other's build: the
-# fault scenarios (robustness, namespaced partitions; serial inside,
+# fault scenarios (robustness, namespaced partitions, power loss; serial inside,
 # correctness-checked, not timed) beside everything else. The lanes'
 # outputs are kept apart: the scenarios' in a log printed at the end.
 cargo test --workspace --no-run
 lane_log="$(mktemp -t retcd-fault-lane.XXXXXX)"
-cargo test --workspace --test robustness --test partition >"$lane_log" 2>&1 &
+cargo test --workspace --test robustness --test partition --test power_loss >"$lane_log" 2>&1 &
 lane_pid=$!
 rc=0
-cargo test --workspace -- --skip robustness_ --skip partition_ || rc=$?
+cargo test --workspace -- --skip robustness_ --skip partition_ --skip power_loss_ || rc=$?
 lane_rc=0
 wait "$lane_pid" || lane_rc=$?
-echo "===== the fault scenarios (tests/tests/robustness.rs, tests/tests/partition.rs):"
+echo "===== the fault scenarios (tests/tests/{robustness,partition,power_loss}.rs):"
 cat "$lane_log"
 rm -f "$lane_log"
 if [ "$rc" != 0 ] || [ "$lane_rc" != 0 ]; then

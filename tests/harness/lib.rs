@@ -26,6 +26,7 @@ pub mod http;
 pub mod membership;
 pub mod netns;
 pub mod normalize;
+pub mod power;
 pub mod process;
 pub mod robustness;
 pub mod timing;

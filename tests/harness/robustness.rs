@@ -32,6 +32,7 @@ use tokio::task::JoinHandle;
 use crate::binaries::{workspace_root, Flavor};
 use crate::cluster::Cluster;
 use crate::netns::NetLab;
+use crate::power::PowerDisk;
 use crate::process::Member;
 use retcd_launch::{free_port, initial_cluster, MemberFlags};
 
@@ -81,6 +82,9 @@ pub struct Options {
     pub flags: Vec<String>,
     /// Put a [`Proxy`] in front of every peer port.
     pub proxies: bool,
+    /// Every member's data dir on its own ext4 image of this many bytes,
+    /// which [`RbCluster::power_loss`] switches off ([`PowerDisk`]).
+    pub power_disks: Option<u64>,
     /// Each member on its own namespaced host ([`NetLab`]; needs root);
     /// faults through [`RbCluster::net`].
     pub netns: bool,
@@ -108,6 +112,7 @@ impl Options {
             flags: FAST.iter().map(|s| s.to_string()).collect(),
             proxies: false,
             netns: false,
+            power_disks: None,
             failpoints: false,
             traffic: TrafficConfig::default(),
             watchers: vec![
@@ -158,6 +163,12 @@ impl Options {
         self
     }
 
+    /// Every member's data dir on a [`PowerDisk`] (1 GiB, sparse).
+    pub fn with_power_disks(mut self) -> Options {
+        self.power_disks = Some(1 << 30);
+        self
+    }
+
     pub fn with_failpoints(mut self) -> Options {
         self.failpoints = true;
         self
@@ -188,6 +199,8 @@ pub struct RbCluster {
     fp_files: Vec<PathBuf>,
     pub paused: Vec<bool>,
     mounts: Vec<TmpfsMount>,
+    /// The members' power disks (empty without [`Options::with_power_disks`]).
+    pub disks: Vec<PowerDisk>,
 }
 
 /// A tmpfs mounted for a test; unmounted (lazily) when dropped, also when
@@ -259,6 +272,7 @@ impl Drop for RbCluster {
             m.kill();
         }
         self.mounts.clear();
+        self.disks.clear();
         self.net = None;
     }
 }
@@ -312,8 +326,12 @@ impl RbCluster {
         let mut members = Vec::new();
         let mut fp_files = Vec::new();
         let mut mounts = Vec::new();
+        let mut disks = Vec::new();
         for (i, (c, p, a)) in ports.iter().copied().enumerate() {
             let data_dir = dir.path().join(format!("m{i}.etcd"));
+            if let Some(bytes) = opts.power_disks {
+                disks.push(PowerDisk::new(&data_dir, bytes)?);
+            }
             if let Some((m, bytes)) = opts.small_disk {
                 if m == i {
                     mounts.push(TmpfsMount::mount(&data_dir, bytes)?);
@@ -379,6 +397,7 @@ impl RbCluster {
             fp_files,
             paused: vec![false; n],
             mounts,
+            disks,
         })
     }
 
@@ -467,6 +486,25 @@ impl RbCluster {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         matches!(self.leader().await, Ok(l) if l == i)
+    }
+
+    /// Power loss on the members `ms` at one instant: every disk is shut
+    /// down without flushing, then the processes are killed (a power cut
+    /// does both at once), then the disks are mounted again; restart the
+    /// members with [`RbCluster::restart`].
+    pub fn power_loss(&mut self, ms: &[usize]) -> Result<()> {
+        eprintln!("robustness: fault: power loss on {ms:?}");
+        for &i in ms {
+            self.disks[i].power_off()?;
+        }
+        for &i in ms {
+            self.paused[i] = false;
+            self.cluster.members[i].kill();
+        }
+        for &i in ms {
+            self.disks[i].power_on()?;
+        }
+        Ok(())
     }
 
     pub fn kill(&mut self, i: usize) {

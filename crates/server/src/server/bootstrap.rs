@@ -57,6 +57,8 @@ impl EtcdServer {
         std::fs::create_dir_all(cfg.snap_dir())
             .with_context(|| format!("cannot create data dir {}", cfg.snap_dir().display()))?;
         remove_partial_snapshots(&cfg.snap_dir());
+        // etcd's --unsafe-no-fsync skips the backend's fsyncs too
+        retcd_storage::backend::set_unsafe_no_fsync(cfg.unsafe_no_fsync);
         let backend = Arc::new(
             Backend::open(&cfg.backend_path())
                 .map_err(|e| anyhow::anyhow!("cannot open backend: {e}"))?,
@@ -87,6 +89,7 @@ impl EtcdServer {
         } else {
             create_wal(&cfg, &dialer, &kv, &storage)?
         };
+        wal.set_unsafe_no_fsync(cfg.unsafe_no_fsync);
 
         // The backend may be ahead of the hard state's commit (commit is
         // persisted lazily). It is ahead of the log's last index only when

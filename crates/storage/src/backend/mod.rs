@@ -93,10 +93,22 @@ pub enum CommitPolicy {
     Durable,
 }
 
+/// `--unsafe-no-fsync` (process-wide, as etcd's flag, which also sets
+/// bbolt's `NoSync`): durable commits are made visible only, never
+/// fsynced. A crash or power loss then loses what the disk had not
+/// written by itself.
+static UNSAFE_NO_FSYNC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets `--unsafe-no-fsync` for every backend of this process.
+pub fn set_unsafe_no_fsync(on: bool) {
+    UNSAFE_NO_FSYNC.store(on, Ordering::Relaxed);
+}
+
 /// Commits `txn` with the given policy.
 pub fn commit_with(mut txn: WriteTransaction, policy: CommitPolicy) -> Result<(), BackendError> {
     let durability = match policy {
         CommitPolicy::Visible => Durability::None,
+        CommitPolicy::Durable if UNSAFE_NO_FSYNC.load(Ordering::Relaxed) => Durability::None,
         CommitPolicy::Durable => Durability::Immediate,
     };
     txn.set_durability(durability)?;

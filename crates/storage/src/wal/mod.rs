@@ -197,6 +197,8 @@ pub struct Wal {
     sync_count: u64,
     /// The last save was written without an fdatasync.
     unsynced: bool,
+    /// `--unsafe-no-fsync`: no fdatasync at all (etcd's `unsafeNoSync`).
+    no_fsync: bool,
     /// Set after a failed write or sync: the file state is unknown.
     failed: bool,
 }
@@ -239,6 +241,7 @@ impl Wal {
             segment_size: DEFAULT_SEGMENT_SIZE,
             sync_count: syncs,
             unsynced: false,
+            no_fsync: false,
             failed: false,
         })
     }
@@ -396,6 +399,7 @@ impl Wal {
             segment_size: DEFAULT_SEGMENT_SIZE,
             sync_count,
             unsynced: false,
+            no_fsync: false,
             failed: false,
         };
         Ok((
@@ -562,8 +566,17 @@ impl Wal {
         Ok(())
     }
 
+    /// `--unsafe-no-fsync`: from now on nothing is fdatasynced (a crash or
+    /// power loss loses what the disk had not written by itself).
+    pub fn set_unsafe_no_fsync(&mut self, on: bool) {
+        self.no_fsync = on;
+    }
+
     /// fdatasyncs the current segment (counted in `sync_count`).
     fn sync_file(&mut self) -> Result<()> {
+        if self.no_fsync {
+            return Ok(());
+        }
         self.sync_count += 1;
         self.file
             .sync_data()
