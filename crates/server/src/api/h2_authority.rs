@@ -29,7 +29,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::server::Connected;
 
-const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// The HTTP/2 client connection preface.
+pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const PREFACE_LEN: usize = PREFACE.len();
 const FRAME_HEADER: usize = 9;
 const TYPE_HEADERS: u8 = 0x1;
@@ -153,6 +154,18 @@ impl FrameFixer {
         buf.drain(..pos);
         self.pending = buf;
     }
+}
+
+/// The bytes the server's HTTP/2 layer reads from a client that sent
+/// `chunks` (one read each) and then closed: the repair without a socket,
+/// for tests and the fuzz targets (crates/fuzz).
+pub fn repair_stream(chunks: &[&[u8]]) -> Vec<u8> {
+    let mut f = FrameFixer::default();
+    for c in chunks {
+        f.feed(c);
+    }
+    f.flush();
+    f.ready
 }
 
 /// Returns the frame with its `:authority` repaired, or None when there is
