@@ -69,6 +69,33 @@ fn with_drop_check(mut rep: Report, dropped: u64) -> Report {
     rep
 }
 
+/// The leader and its member id, when one is known and answers.
+async fn leader_and_id(run: &mut Run) -> Option<(usize, u64)> {
+    let l = run.rc.leader().await.ok()?;
+    let (id, _, _) = status(run, l).await?;
+    Some((l, id))
+}
+
+/// Whether a member other than `l` names a leader other than `old_id`.
+async fn others_elected_another(run: &Run, l: usize, old_id: u64) -> bool {
+    for o in (0..3).filter(|&i| i != l) {
+        if let Some((_, lead, _)) = status(run, o).await {
+            if lead != 0 && lead != old_id {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// A violation when a scenario that applied `cuts` faults never saw what
+/// they must cause (`seen` times).
+fn require(rep: &mut Report, cuts: usize, seen: usize, what: &str) {
+    if cuts > 0 && seen == 0 {
+        rep.violations.push(format!("{cuts} cuts, but {what}"));
+    }
+}
+
 /// The leader is cut from both followers (both ways); the followers elect
 /// a new leader and the old one steps down, then the partition heals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -79,24 +106,15 @@ async fn partition_leader_isolated() {
         let (mut dropped, mut new_leaders, mut stepped_down, mut cuts) = (0, 0, 0, 0);
         while run.running(phase()) {
             run.sleep_ms(500, 1000).await;
-            let Ok(l) = run.rc.leader().await else {
-                continue;
-            };
-            let Some((old_id, _, _)) = status(&run, l).await else {
+            let Some((l, old_id)) = leader_and_id(&mut run).await else {
                 continue;
             };
             eprintln!("robustness: fault: m{l} (leader) isolated from its peers");
             net(&mut run).partition(&[l]).expect("partition");
             cuts += 1;
             run.sleep_ms(2000, 2500).await;
-            let others: Vec<usize> = (0..3).filter(|&i| i != l).collect();
-            for &o in &others {
-                if let Some((_, lead, _)) = status(&run, o).await {
-                    if lead != 0 && lead != old_id {
-                        new_leaders += 1;
-                        break;
-                    }
-                }
+            if others_elected_another(&run, l, old_id).await {
+                new_leaders += 1;
             }
             if let Some((_, lead, _)) = status(&run, l).await {
                 if lead != old_id {
@@ -105,18 +123,19 @@ async fn partition_leader_isolated() {
             }
             heal(&mut run, &mut dropped);
         }
-        let rep = with_drop_check(run.finish().await, dropped);
-        let mut rep = rep;
-        if cuts > 0 && new_leaders == 0 {
-            rep.violations.push(format!(
-                "{cuts} leader isolations, the others never elected a new leader"
-            ));
-        }
-        if cuts > 0 && stepped_down == 0 {
-            rep.violations.push(format!(
-                "{cuts} leader isolations, the isolated leader never stepped down"
-            ));
-        }
+        let mut rep = with_drop_check(run.finish().await, dropped);
+        require(
+            &mut rep,
+            cuts,
+            new_leaders,
+            "the others never elected a new leader",
+        );
+        require(
+            &mut rep,
+            cuts,
+            stepped_down,
+            "the isolated leader never stepped down",
+        );
         rep
     })
     .await;
@@ -136,7 +155,9 @@ async fn partition_follower_minority() {
             };
             let f = (l + 1 + run.pick(2)) % 3;
             let other = 3 - l - f;
-            eprintln!("robustness: fault: m{f} (follower) cut off: m{l} and m{other} are the majority");
+            eprintln!(
+                "robustness: fault: m{f} (follower) cut off: m{l} and m{other} are the majority"
+            );
             net(&mut run).partition(&[f]).expect("partition");
             cuts += 1;
             // let what was in flight land
@@ -156,11 +177,12 @@ async fn partition_follower_minority() {
             heal(&mut run, &mut dropped);
         }
         let mut rep = with_drop_check(run.finish().await, dropped);
-        if cuts > 0 && frozen == 0 {
-            rep.violations.push(format!(
-                "{cuts} cuts, but the cut follower's raft index never stood still while the leader's moved"
-            ));
-        }
+        require(
+            &mut rep,
+            cuts,
+            frozen,
+            "the cut follower's raft index never stood still while the leader's moved",
+        );
         rep
     })
     .await;
@@ -175,10 +197,7 @@ async fn partition_one_way_from_leader() {
         let (mut dropped, mut cuts, mut moved) = (0, 0, 0);
         while run.running(phase()) {
             run.sleep_ms(500, 1000).await;
-            let Ok(l) = run.rc.leader().await else {
-                continue;
-            };
-            let Some((old_id, _, _)) = status(&run, l).await else {
+            let Some((l, old_id)) = leader_and_id(&mut run).await else {
                 continue;
             };
             eprintln!("robustness: fault: what m{l} (leader) sends is dropped at its peers");
@@ -187,22 +206,18 @@ async fn partition_one_way_from_leader() {
             }
             cuts += 1;
             run.sleep_ms(2000, 2500).await;
-            for o in (0..3).filter(|&i| i != l) {
-                if let Some((_, lead, _)) = status(&run, o).await {
-                    if lead != 0 && lead != old_id {
-                        moved += 1;
-                        break;
-                    }
-                }
+            if others_elected_another(&run, l, old_id).await {
+                moved += 1;
             }
             heal(&mut run, &mut dropped);
         }
         let mut rep = with_drop_check(run.finish().await, dropped);
-        if cuts > 0 && moved == 0 {
-            rep.violations.push(format!(
-                "{cuts} one-way cuts from the leader, the followers never elected another"
-            ));
-        }
+        require(
+            &mut rep,
+            cuts,
+            moved,
+            "the followers never elected another leader",
+        );
         rep
     })
     .await;
