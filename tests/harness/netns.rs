@@ -100,11 +100,13 @@ fn remove_stale() {
     };
     for line in list.lines() {
         let ns = line.split_whitespace().next().unwrap_or("");
-        if let Some(pid) = lab_pid(ns.strip_prefix("rt").unwrap_or("")) {
+        // `rt<id>-<i>`, `<id>` = `<pid>x<n>`
+        let Some((id, _)) = ns.strip_prefix("rt").and_then(|r| r.split_once('-')) else {
+            continue;
+        };
+        if let Some(pid) = lab_pid(id) {
             if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = run(&["ip", "netns", "del", ns]);
-                let id = ns.trim_start_matches("rt");
-                let id = id.split('-').next().unwrap_or("");
                 let _ = run(&["ip", "link", "del", &format!("rb{id}")]);
             }
         }

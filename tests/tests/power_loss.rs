@@ -21,6 +21,17 @@ fn opts(n: usize) -> Options {
     Options::new(test_flavor(), n).with_power_disks()
 }
 
+/// All three lose power at one instant, are off `off_ms` (a range), and
+/// come back; waits (bounded) until they serve.
+async fn power_cycle_all(run: &mut Run, off_ms: (u64, u64)) {
+    run.rc.power_loss(&[0, 1, 2]).expect("power loss");
+    run.sleep_ms(off_ms.0, off_ms.1).await;
+    for i in 0..3 {
+        run.rc.restart(i);
+    }
+    let _ = run.rc.cluster.wait_all_ready(retcd_tests::READY).await;
+}
+
 /// One member at a time (a random one, or the leader on even rounds)
 /// loses power and comes back 0.3–1 s later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -56,13 +67,8 @@ async fn power_loss_all_members() {
         let mut rounds = 0;
         while run.running(phase()) {
             run.sleep_ms(1000, 2000).await;
-            run.rc.power_loss(&[0, 1, 2]).expect("power loss");
+            power_cycle_all(&mut run, (100, 500)).await;
             rounds += 1;
-            run.sleep_ms(100, 500).await;
-            for i in 0..3 {
-                run.rc.restart(i);
-            }
-            let _ = run.rc.cluster.wait_all_ready(retcd_tests::READY).await;
         }
         let mut rep = run.finish().await;
         if rounds == 0 {
@@ -88,11 +94,7 @@ async fn power_loss_catches_no_fsync() {
     let mut run = Run::start_seeded("power_loss_no_fsync", o, seed).await;
     for _ in 0..3 {
         run.sleep_ms(1000, 1500).await;
-        run.rc.power_loss(&[0, 1, 2]).expect("power loss");
-        for i in 0..3 {
-            run.rc.restart(i);
-        }
-        let _ = run.rc.cluster.wait_all_ready(retcd_tests::READY).await;
+        power_cycle_all(&mut run, (0, 0)).await;
     }
     let rep = run.finish().await;
     assert!(

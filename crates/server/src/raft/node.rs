@@ -51,8 +51,6 @@ pub struct RaftNodeConfig {
     pub max_learners: usize,
     /// `--max-wals`: WAL segment files kept after a snapshot (0: all).
     pub max_wals: usize,
-    /// `--unsafe-no-fsync`: the WAL is written but never fsynced.
-    pub unsafe_no_fsync: bool,
     /// `--experimental-warning-apply-duration`: slower applies are logged.
     pub warn_apply: Duration,
 }
@@ -366,11 +364,13 @@ impl RaftNode {
             // depends on them; a hard state that only moved the commit
             // index is written without an fsync (commit is volatile in
             // raft; restart copes with a stale one)
-            let must_sync = rd.must_sync() && !self.cfg.unsafe_no_fsync;
+            // (with --unsafe-no-fsync the WAL itself never syncs)
+            let must_sync = rd.must_sync();
             let written: usize = wal_entries.iter().map(|e| e.data.len()).sum::<usize>()
                 + hs_bytes.as_ref().map_or(0, |h| h.len());
             self.metrics.wal_write_bytes.add(written as i64);
             let started = Instant::now();
+            let syncs = self.wal.sync_count();
             fp::point("raft_before_save_wal");
             if let Err(e) =
                 fp::wal_save(&mut self.wal, hs_bytes.as_deref(), &wal_entries, must_sync)
@@ -378,7 +378,9 @@ impl RaftNode {
                 fatal(&format!("failed to save to the WAL: {e}"));
             }
             fp::point("raft_after_save_wal");
-            if must_sync {
+            // only saves that really fdatasynced (also an earlier unsynced
+            // save's catch-up sync; none under --unsafe-no-fsync)
+            if self.wal.sync_count() > syncs {
                 let took = started.elapsed();
                 self.metrics.wal_fsync.observe(took.as_secs_f64());
                 if took > WARN_SYNC {

@@ -252,7 +252,6 @@ impl EtcdServer {
                 batch_interval: cfg.backend_batch_interval,
                 batch_limit: cfg.backend_batch_limit,
                 max_learners: cfg.max_learners,
-                unsafe_no_fsync: cfg.unsafe_no_fsync,
                 max_wals: cfg.max_wals as usize,
                 warn_apply: cfg.experimental_warning_apply_duration,
             },
