@@ -227,3 +227,19 @@ pub fn etcdctl35_bin() -> PathBuf {
     );
     p
 }
+
+/// retcdutl: the file next to [`retcd_bin`] (both are binaries of
+/// retcd-server, built together).
+pub fn retcdutl_bin() -> PathBuf {
+    retcd_bin().with_file_name("retcdutl")
+}
+
+/// retcdctl, the etcdctl-compatible command line (`$RETCDCTL_BIN`, or
+/// `<target>/{debug,release}/retcdctl`, built once per test process if
+/// missing; see [`find_or_build`]).
+pub fn retcdctl_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| find_or_build("RETCDCTL_BIN", "retcdctl", "retcdctl"))
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}

@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::binaries::etcdctl_bin;
+use crate::binaries::{etcdctl_bin, retcdctl_bin};
 
 /// Hard bound on one etcdctl run; it is SIGKILLed (by PID) after this.
 pub const ETCDCTL_DEADLINE: Duration = Duration::from_secs(30);
@@ -40,19 +40,54 @@ pub fn etcdctl35(endpoints: &[String], args: &[&str]) -> Output {
     run_etcdctl(&crate::binaries::etcdctl35_bin(), endpoints, args, None)
 }
 
+/// Like [`etcdctl_with_stdin`] with etcdctl 3.5.
+pub fn etcdctl35_with_stdin(endpoints: &[String], args: &[&str], stdin: Option<&str>) -> Output {
+    run_etcdctl(&crate::binaries::etcdctl35_bin(), endpoints, args, stdin)
+}
+
+/// `retcdctl --endpoints=E --dial-timeout=2s --command-timeout=5s ARGS…`
+/// (retcd's etcdctl-compatible command line, [`retcdctl_bin`]), with the
+/// same environment, time bound and kill-by-PID as [`etcdctl`].
+pub fn retcdctl(endpoints: &[String], args: &[&str]) -> Output {
+    retcdctl_with_stdin(endpoints, args, None)
+}
+
+/// Like [`retcdctl`], feeding `stdin`.
+pub fn retcdctl_with_stdin(endpoints: &[String], args: &[&str], stdin: Option<&str>) -> Output {
+    run_etcdctl(&retcdctl_bin(), endpoints, args, stdin)
+}
+
 fn run_etcdctl(
     bin: &std::path::Path,
     endpoints: &[String],
     args: &[&str],
     stdin: Option<&str>,
 ) -> Output {
+    let mut full = vec![
+        format!("--endpoints={}", endpoints.join(",")),
+        "--dial-timeout=2s".to_string(),
+        "--command-timeout=5s".to_string(),
+    ];
+    full.extend(args.iter().map(|s| s.to_string()));
+    let full: Vec<&str> = full.iter().map(|s| s.as_str()).collect();
+    run_ctl(bin, &full, stdin, &[])
+}
+
+/// Runs an etcdctl-like binary with exactly `args` (no default flags),
+/// `ETCDCTL_API=3`, no inherited `ETCDCTL_ENDPOINTS`, plus `env`; bounded
+/// by [`ETCDCTL_DEADLINE`] (then SIGKILLed by PID).
+pub fn run_ctl(
+    bin: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(bin);
-    cmd.env("ETCDCTL_API", "3")
-        .env_remove("ETCDCTL_ENDPOINTS")
-        .arg(format!("--endpoints={}", endpoints.join(",")))
-        .arg("--dial-timeout=2s")
-        .arg("--command-timeout=5s")
-        .args(args)
+    cmd.env("ETCDCTL_API", "3").env_remove("ETCDCTL_ENDPOINTS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.args(args)
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -86,8 +121,9 @@ fn run_etcdctl(
             return Output {
                 stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
                 stderr: format!(
-                    "{}\n(harness: etcdctl {args:?} killed after {ETCDCTL_DEADLINE:?})",
-                    String::from_utf8_lossy(&r.stderr)
+                    "{}\n(harness: {} {args:?} killed after {ETCDCTL_DEADLINE:?})",
+                    String::from_utf8_lossy(&r.stderr),
+                    bin.display()
                 ),
                 code: -1,
             };

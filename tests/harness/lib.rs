@@ -35,10 +35,12 @@ pub mod transcript;
 pub mod wal;
 
 pub use binaries::{
-    bench_bin, etcd351_bin, etcd_bin, etcdctl35_bin, etcdctl_bin, retcd_bin, workspace_root, Flavor,
+    bench_bin, etcd351_bin, etcd_bin, etcdctl35_bin, etcdctl_bin, retcd_bin, retcdctl_bin,
+    workspace_root, Flavor,
 };
 pub use cluster::Cluster;
 pub use etcdctl::{etcdctl, etcdctl35, etcdctl_with_stdin, Output};
+pub use etcdctl::{etcdctl35_with_stdin, retcdctl, retcdctl_with_stdin, run_ctl};
 pub use http::{http_get, http_post, HttpResponse};
 pub use membership::{initial_cluster_for, member_add_when_healthy};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};

@@ -7,10 +7,16 @@
 //! Each command is compared on its own (normalised stdout, stderr, exit
 //! code); a failure lists every differing command with both outputs.
 //! Revisions are compared exactly: both stores start empty.
+//!
+//! Every script also runs a second time with `retcdctl` (retcd's
+//! etcdctl-compatible command line) in place of `etcdctl`, on a second
+//! fresh pair of servers (the steps mutate the store, so they cannot run
+//! twice on one): retcdctl's normalised output on each server must equal
+//! etcdctl's on the same kind of server.
 
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use retcd_tests::normalize::normalize_output;
-use retcd_tests::{bounded, grpc_error, test_flavor, Cluster, Flavor, Output};
+use retcd_tests::{bounded, grpc_error, retcdctl_with_stdin, test_flavor, Cluster, Flavor, Output};
 use retcd_tests::{limit::NORMAL as LIMIT, FAST};
 
 /// Limits both servers start with besides [`FAST`] (the scripts exercise
@@ -70,6 +76,33 @@ impl Step {
             None => c.etcdctl(&args),
         }
     }
+
+    /// The same step with `retcdctl`.
+    fn run_retcdctl(&self, c: &Cluster) -> Output {
+        let args: Vec<&str> = self.args.iter().map(|s| s.as_str()).collect();
+        retcdctl_with_stdin(&c.endpoints(), &args, self.stdin.as_deref())
+    }
+}
+
+/// The one known difference between etcdctl 3.4.23 (the harness's
+/// `etcdctl`) and etcdctl 3.5 in these scripts, which retcdctl follows:
+/// `txn -w json` names the response of each op `"response_put"` (the
+/// protobuf JSON tag) in 3.5 and `"ResponsePut"` (the Go field) in 3.4.
+/// Applied only to etcdctl 3.4's output when comparing retcdctl with it.
+fn as_etcdctl35(o: &Output) -> Output {
+    let mut stdout = o.stdout.clone();
+    for (v34, v35) in [
+        ("\"ResponseRange\":", "\"response_range\":"),
+        ("\"ResponsePut\":", "\"response_put\":"),
+        ("\"ResponseDeleteRange\":", "\"response_delete_range\":"),
+        ("\"ResponseTxn\":", "\"response_txn\":"),
+    ] {
+        stdout = stdout.replace(v34, v35);
+    }
+    Output {
+        stdout,
+        ..o.clone()
+    }
 }
 
 fn show(o: &Output) -> String {
@@ -80,17 +113,32 @@ fn show(o: &Output) -> String {
 }
 
 /// Starts the reference and the target, runs `steps` in order on both, and
-/// panics listing every command whose normalised output differs.
+/// panics listing every command whose normalised output differs. A second
+/// reference and target run the same steps with `retcdctl`, whose output
+/// must equal etcdctl's on the same kind of server.
 async fn differential(steps: Vec<Step>) {
-    let reference = Cluster::start(Flavor::Etcd, 1, &flags())
-        .await
-        .expect("start reference etcd");
-    let target = Cluster::start(test_flavor(), 1, &flags())
-        .await
-        .expect("start target");
+    let f = flags();
+    let (reference, target, reference2, target2) = tokio::join!(
+        Cluster::start(Flavor::Etcd, 1, &f),
+        Cluster::start(test_flavor(), 1, &f),
+        Cluster::start(Flavor::Etcd, 1, &f),
+        Cluster::start(test_flavor(), 1, &f),
+    );
+    let reference = reference.expect("start reference etcd");
+    let target = target.expect("start target");
+    let reference2 = reference2.expect("start second reference etcd (retcdctl pass)");
+    let target2 = target2.expect("start second target (retcdctl pass)");
+    let tname = target.flavor.name();
     let mut failures = Vec::new();
     for (n, step) in steps.iter().enumerate() {
-        let (r, t) = tokio::task::block_in_place(|| (step.run(&reference), step.run(&target)));
+        let (r, t, r2, t2) = tokio::task::block_in_place(|| {
+            (
+                step.run(&reference),
+                step.run(&target),
+                step.run_retcdctl(&reference2),
+                step.run_retcdctl(&target2),
+            )
+        });
         assert_eq!(
             r.success(),
             step.ok,
@@ -99,19 +147,36 @@ async fn differential(steps: Vec<Step>) {
             show(&r)
         );
         let (rn, tn) = (normalize_output(&r), normalize_output(&t));
+        let (rn2, tn2) = (normalize_output(&r2), normalize_output(&t2));
+        let (rn35, tn35) = (as_etcdctl35(&rn), as_etcdctl35(&tn));
         if rn != tn {
             failures.push(format!(
-                "step {n}: `{}`\n reference (etcd, normalised):\n{}\n target ({}, normalised):\n{}",
+                "step {n}: `{}`\n reference (etcd, normalised):\n{}\n target ({tname}, normalised):\n{}",
                 step.name(),
                 show(&rn),
-                target.flavor.name(),
                 show(&tn)
+            ));
+        }
+        if rn2 != rn35 {
+            failures.push(format!(
+                "step {n}: `{}` with retcdctl on etcd\n etcdctl on etcd (normalised):\n{}\n retcdctl on etcd (normalised):\n{}",
+                step.name(),
+                show(&rn35),
+                show(&rn2)
+            ));
+        }
+        if tn2 != tn35 {
+            failures.push(format!(
+                "step {n}: `{}` with retcdctl on {tname}\n etcdctl on {tname} (normalised):\n{}\n retcdctl on {tname} (normalised):\n{}",
+                step.name(),
+                show(&tn35),
+                show(&tn2)
             ));
         }
     }
     assert!(
         failures.is_empty(),
-        "{} of {} commands differ:\n\n{}",
+        "{} differences in {} commands:\n\n{}",
         failures.len(),
         steps.len(),
         failures.join("\n\n")
