@@ -27,9 +27,8 @@ pub const EXIT_ERROR: i32 = 1;
 pub const EXIT_BAD_CONNECTION: i32 = 2;
 pub const EXIT_INVALID_INPUT: i32 = 3;
 pub const EXIT_BAD_FEATURE: i32 = 4;
-#[allow(dead_code)] // watch/lock/elect (next groups)
 pub const EXIT_INTERRUPTED: i32 = 5;
-#[allow(dead_code)] // snapshot save (next group)
+#[allow(dead_code)] // etcdctl's code table
 pub const EXIT_IO: i32 = 6;
 pub const EXIT_BAD_ARGS: i32 = 128;
 
@@ -363,7 +362,7 @@ impl tower::Service<Uri> for Connector {
     }
 }
 
-fn errno_text(e: &std::io::Error) -> String {
+pub fn errno_text(e: &std::io::Error) -> String {
     let s = e.to_string();
     let s = match s.find(" (os error") {
         Some(i) => s[..i].to_string(),
@@ -808,6 +807,24 @@ pub fn log_fatal(caller: &str, msg: &str, fields: &[(&str, &str)]) {
         zap_str(caller),
         zap_str(msg)
     );
+    for (k, v) in fields {
+        s.push_str(&format!(",{}:{}", zap_str(k), zap_str(v)));
+    }
+    s.push('}');
+    eprintln!("{s}");
+}
+
+/// A zap info line (production logger: epoch timestamps).
+pub fn log_info(logger: Option<&str>, caller: &str, msg: &str, fields: &[(&str, &str)]) {
+    let mut s = format!("{{\"level\":\"info\",\"ts\":{}", zap_epoch());
+    if let Some(l) = logger {
+        s.push_str(&format!(",\"logger\":{}", zap_str(l)));
+    }
+    s.push_str(&format!(
+        ",\"caller\":{},\"msg\":{}",
+        zap_str(caller),
+        zap_str(msg)
+    ));
     for (k, v) in fields {
         s.push_str(&format!(",{}:{}", zap_str(k), zap_str(v)));
     }

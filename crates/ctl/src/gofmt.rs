@@ -271,7 +271,6 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
 }
 
 /// Go's `time.Duration.String()`.
-#[allow(dead_code)] // used by `endpoint health` (next group)
 pub fn format_duration(ns: i64) -> String {
     if ns == 0 {
         return "0s".into();
@@ -307,7 +306,6 @@ pub fn format_duration(ns: i64) -> String {
     s
 }
 
-#[allow(dead_code)]
 fn frac(v: u64, div: u64) -> String {
     let int = v / div;
     let rem = v % div;
@@ -319,7 +317,6 @@ fn frac(v: u64, div: u64) -> String {
     format!("{int}.{}", f.trim_end_matches('0'))
 }
 
-#[allow(dead_code)]
 trait DecimalZeros {
     fn trailing_zeros_decimal(self) -> usize;
 }

@@ -455,6 +455,12 @@ impl Printer {
                 outln(&Obj::new().header(&r.header).arr("alarms", &al).done())
             }
             Format::Fields => {
+                if r.header.is_none() {
+                    // etcdctl dereferences the missing header.
+                    return Err(crate::cmd::txn::go_panic(
+                        "runtime error: invalid memory address or nil pointer dereference",
+                    ));
+                }
                 let mut s = hdr_fields(r.header.as_ref());
                 for a in &r.alarms {
                     s.push_str(&format!(

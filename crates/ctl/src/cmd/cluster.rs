@@ -1,30 +1,412 @@
-//! stub
-use crate::client::{Exit, EXIT_ERROR};
+//! member add/remove/update/list/promote, endpoint health/status/hashkv,
+//! move-leader.
+
+use std::time::Instant;
+
+use etcd_client::{GetOptions, MemberAddOptions};
+
+use crate::client::{self, Conn, Exit, EXIT_BAD_ARGS, EXIT_ERROR};
+use crate::gofmt;
+use crate::printer::{out, EpHealth, Format};
 use crate::Ctx;
-pub async fn member_add(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+fn member_id(arg: Option<&String>) -> Result<u64, Exit> {
+    let arg = arg.ok_or_else(|| Exit::new(EXIT_BAD_ARGS, "member ID is not provided"))?;
+    gofmt::parse_uint(arg, 16, 64).map_err(|e| {
+        Exit::new(
+            EXIT_BAD_ARGS,
+            format!("bad member ID arg ({e}), expecting ID in Hex"),
+        )
+    })
 }
-pub async fn member_remove(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+fn cluster_id(h: &Option<etcd_client::proto::PbResponseHeader>) -> u64 {
+    h.as_ref().map(|h| h.cluster_id).unwrap_or(0)
 }
-pub async fn member_update(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+pub async fn member_add(ctx: &mut Ctx) -> Result<(), Exit> {
+    let args = ctx.p.args.clone();
+    if args.is_empty() {
+        return Err(Exit::new(EXIT_BAD_ARGS, "member name not provided"));
+    }
+    if args.len() > 1 {
+        let mut ev = "too many arguments".to_string();
+        for s in &args {
+            if s.to_lowercase().starts_with("http") {
+                ev.push_str(&format!(", did you mean --peer-urls={s}"));
+            }
+        }
+        return Err(Exit::new(EXIT_BAD_ARGS, ev));
+    }
+    let name = args[0].clone();
+    let peers = ctx.p.get("peer-urls").to_string();
+    if peers.is_empty() {
+        return Err(Exit::new(EXIT_BAD_ARGS, "member peer urls not provided"));
+    }
+    let urls: Vec<String> = peers.split(',').map(|s| s.to_string()).collect();
+    let (c, pr) = ctx.client().await?;
+    let mut cl = c.client.cluster_client();
+    let mut o = MemberAddOptions::new();
+    if ctx.p.bool("learner") {
+        o = o.with_is_learner();
+    }
+    let r = c
+        .unary(ctx.deadline(), cl.member_add(urls, Some(o)))
+        .await
+        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?;
+    let r = r.0;
+    let new_id = r.member.as_ref().map(|m| m.id).unwrap_or(0);
+    pr.member_change(
+        &r,
+        format!(
+            "Member {:>16x} added to cluster {:>16x}",
+            new_id,
+            cluster_id(&r.header)
+        ),
+        &r.header,
+        r.member.as_ref(),
+        &r.members,
+    )?;
+    if pr.fmt == Format::Simple {
+        let mut conf = Vec::new();
+        for m in &r.members {
+            for u in &m.peer_ur_ls {
+                let n = if m.id == new_id { &name } else { &m.name };
+                conf.push(format!("{n}={u}"));
+            }
+        }
+        out(&format!(
+            "\nETCD_NAME={}\nETCD_INITIAL_CLUSTER={}\nETCD_INITIAL_ADVERTISE_PEER_URLS={}\nETCD_INITIAL_CLUSTER_STATE=\"existing\"\n",
+            gofmt::quote(&name),
+            gofmt::quote(&conf.join(",")),
+            gofmt::quote(&peers)
+        ));
+    }
+    Ok(())
 }
-pub async fn member_list(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+pub async fn member_remove(ctx: &mut Ctx) -> Result<(), Exit> {
+    if ctx.p.args.len() != 1 {
+        return Err(Exit::new(EXIT_BAD_ARGS, "member ID is not provided"));
+    }
+    let id = member_id(ctx.p.args.first())?;
+    let (c, pr) = ctx.client().await?;
+    let mut cl = c.client.cluster_client();
+    let r = c
+        .unary(ctx.deadline(), cl.member_remove(id))
+        .await
+        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?
+        .0;
+    pr.member_change(
+        &r,
+        format!(
+            "Member {:>16x} removed from cluster {:>16x}",
+            id,
+            cluster_id(&r.header)
+        ),
+        &r.header,
+        None,
+        &r.members,
+    )
 }
-pub async fn member_promote(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+pub async fn member_update(ctx: &mut Ctx) -> Result<(), Exit> {
+    if ctx.p.args.len() != 1 {
+        return Err(Exit::new(EXIT_BAD_ARGS, "member ID is not provided"));
+    }
+    let id = member_id(ctx.p.args.first())?;
+    let peers = ctx.p.get("peer-urls").to_string();
+    if peers.is_empty() {
+        return Err(Exit::new(EXIT_BAD_ARGS, "member peer urls not provided"));
+    }
+    let urls: Vec<String> = peers.split(',').map(|s| s.to_string()).collect();
+    let (c, pr) = ctx.client().await?;
+    let mut cl = c.client.cluster_client();
+    let r = c
+        .unary(ctx.deadline(), cl.member_update(id, urls))
+        .await
+        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?
+        .0;
+    pr.member_change(
+        &r,
+        format!(
+            "Member {:>16x} updated in cluster {:>16x}",
+            id,
+            cluster_id(&r.header)
+        ),
+        &r.header,
+        None,
+        &r.members,
+    )
 }
-pub async fn ep_health(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+pub async fn member_promote(ctx: &mut Ctx) -> Result<(), Exit> {
+    if ctx.p.args.len() != 1 {
+        return Err(Exit::new(EXIT_BAD_ARGS, "member ID is not provided"));
+    }
+    let id = member_id(ctx.p.args.first())?;
+    let (c, pr) = ctx.client().await?;
+    let mut cl = c.client.cluster_client();
+    let r = c
+        .unary(ctx.deadline(), cl.member_promote(id))
+        .await
+        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?
+        .0;
+    pr.member_change(
+        &r,
+        format!(
+            "Member {:>16x} promoted in cluster {:>16x}",
+            id,
+            cluster_id(&r.header)
+        ),
+        &r.header,
+        None,
+        &r.members,
+    )
 }
-pub async fn ep_status(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+pub async fn member_list(ctx: &mut Ctx) -> Result<(), Exit> {
+    let (c, pr) = ctx.client().await?;
+    let mut cl = c.client.cluster_client();
+    let r = c
+        .unary(ctx.deadline(), cl.member_list())
+        .await
+        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?;
+    pr.member_list(&r.0)
 }
-pub async fn ep_hashkv(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+/// `endpointsFromCluster`: `--endpoints`, or with `--cluster` every
+/// member's client URLs (member list without auth).
+async fn endpoints(ctx: &mut Ctx) -> Result<Vec<String>, Exit> {
+    let conf = ctx.conn_conf(false)?;
+    if !ctx.p.bool("cluster") {
+        return Ok(conf.endpoints);
+    }
+    let c = client::connect(&conf, ctx.deadline())
+        .await
+        .map_err(|e| Exit::new(EXIT_ERROR, e.msg))?;
+    let mut cl = c.client.cluster_client();
+    let r = c
+        .unary(ctx.deadline(), cl.member_list())
+        .await
+        .map_err(|e| {
+            Exit::new(
+                EXIT_ERROR,
+                format!("failed to fetch endpoints from etcd cluster member list: {e}"),
+            )
+        })?;
+    Ok(r.0
+        .members
+        .iter()
+        .flat_map(|m| m.client_ur_ls.iter().cloned())
+        .collect())
 }
-pub async fn move_leader(_ctx: &mut Ctx) -> Result<(), Exit> {
-    Err(Exit::new(EXIT_ERROR, "not implemented"))
+
+/// A client to one endpoint, with the global settings.
+async fn one(ctx: &mut Ctx, ep: &str, auth: bool) -> Result<Conn, Exit> {
+    let mut conf = ctx.conn_conf(auth)?;
+    conf.endpoints = vec![ep.to_string()];
+    client::connect(&conf, ctx.deadline()).await
+}
+
+pub async fn ep_health(ctx: &mut Ctx) -> Result<(), Exit> {
+    let pr = ctx.printer()?;
+    // Checks the TLS/auth settings before any dial, as newClientCfg does.
+    ctx.conn_conf(true)?;
+    let eps = endpoints(ctx).await?;
+    let mut tasks = Vec::new();
+    for ep in eps {
+        let mut conf = ctx.conn_conf(true)?;
+        conf.endpoints = vec![ep.clone()];
+        let deadline = ctx.deadline();
+        tasks.push(tokio::spawn(async move {
+            let st = Instant::now();
+            let c = match client::connect(&conf, deadline).await {
+                Ok(c) => c,
+                Err(e) => {
+                    return EpHealth {
+                        ep,
+                        health: false,
+                        took: gofmt::format_duration(st.elapsed().as_nanos() as i64),
+                        error: e.msg,
+                    }
+                }
+            };
+            let mut kv = c.client.kv_client();
+            let r = c
+                .unary(deadline, kv.get("health", None::<GetOptions>))
+                .await;
+            let mut h = EpHealth {
+                ep,
+                health: false,
+                took: gofmt::format_duration(st.elapsed().as_nanos() as i64),
+                error: String::new(),
+            };
+            match r {
+                Ok(_) => h.health = true,
+                Err(e) if e.desc == "etcdserver: permission denied" => h.health = true,
+                Err(e) => h.error = e.message(),
+            }
+            if h.health {
+                let mut m = c.client.maintenance_client();
+                match c
+                    .unary(
+                        deadline,
+                        m.alarm(
+                            etcd_client::AlarmAction::Get,
+                            etcd_client::AlarmType::None,
+                            None,
+                        ),
+                    )
+                    .await
+                {
+                    Ok(a) if !a.0.alarms.is_empty() => {
+                        h.health = false;
+                        h.error = "Active Alarm(s): ".into();
+                        for a in &a.0.alarms {
+                            h.error.push_str(match a.alarm {
+                                1 => "NOSPACE ",
+                                2 => "CORRUPT ",
+                                _ => "UNKNOWN ",
+                            });
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        h.health = false;
+                        h.error = "Unable to fetch the alarm list".into();
+                    }
+                }
+            }
+            h
+        }));
+    }
+    let mut list = Vec::new();
+    for t in tasks {
+        if let Ok(h) = t.await {
+            list.push(h);
+        }
+    }
+    let errs = list.iter().any(|h| !h.error.is_empty());
+    pr.endpoint_health(&list)?;
+    if errs {
+        return Err(Exit::new(EXIT_ERROR, "unhealthy cluster"));
+    }
+    Ok(())
+}
+
+pub async fn ep_status(ctx: &mut Ctx) -> Result<(), Exit> {
+    let conf = ctx.conn_conf(true)?;
+    let pr = ctx.printer()?;
+    let _ = conf;
+    let eps = endpoints(ctx).await?;
+    let mut list = Vec::new();
+    let mut failed = false;
+    for ep in eps {
+        let r = match one(ctx, &ep, true).await {
+            Ok(c) => {
+                let mut m = c.client.maintenance_client();
+                c.unary(ctx.deadline(), m.status())
+                    .await
+                    .map_err(|e| e.message())
+            }
+            Err(e) => Err(e.msg),
+        };
+        match r {
+            Ok(s) => list.push((ep, s.0)),
+            Err(e) => {
+                failed = true;
+                eprintln!("Failed to get the status of endpoint {ep} ({e})");
+            }
+        }
+    }
+    pr.endpoint_status(&list)?;
+    if failed {
+        return Err(Exit::silent(EXIT_ERROR));
+    }
+    Ok(())
+}
+
+pub async fn ep_hashkv(ctx: &mut Ctx) -> Result<(), Exit> {
+    ctx.conn_conf(true)?;
+    let pr = ctx.printer()?;
+    let rev = ctx.p.i64("rev");
+    let eps = endpoints(ctx).await?;
+    let mut list = Vec::new();
+    let mut last_err = None;
+    for ep in eps {
+        let r = match one(ctx, &ep, true).await {
+            Ok(c) => {
+                let mut m = c.client.maintenance_client();
+                c.unary(ctx.deadline(), m.hash_kv(rev))
+                    .await
+                    .map_err(|e| e.message())
+            }
+            Err(e) => Err(e.msg),
+        };
+        match r {
+            Ok(s) => list.push((ep, s.0)),
+            Err(e) => {
+                eprintln!("Failed to get the hash of endpoint {ep} ({e})");
+                last_err = Some(e);
+            }
+        }
+    }
+    pr.endpoint_hashkv(&list)?;
+    if let Some(e) = last_err {
+        return Err(Exit::new(EXIT_ERROR, e));
+    }
+    Ok(())
+}
+
+pub async fn move_leader(ctx: &mut Ctx) -> Result<(), Exit> {
+    if ctx.p.args.len() != 1 {
+        return Err(Exit::new(
+            EXIT_BAD_ARGS,
+            "move-leader command needs 1 argument",
+        ));
+    }
+    let target =
+        gofmt::parse_uint(&ctx.p.args[0], 16, 64).map_err(|e| Exit::new(EXIT_BAD_ARGS, e))?;
+    let conf = ctx.conn_conf(true)?;
+    let pr = ctx.printer()?;
+    let deadline = ctx.deadline();
+    let mut leader = None;
+    for ep in &conf.endpoints {
+        let c = one(ctx, ep, true).await?;
+        let mut m = c.client.maintenance_client();
+        let s = c
+            .unary(deadline, m.status())
+            .await
+            .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?;
+        let mid = s.0.header.as_ref().map(|h| h.member_id).unwrap_or(0);
+        if mid == s.0.leader {
+            leader = Some((c, s.0.leader));
+            break;
+        }
+    }
+    let Some((c, leader_id)) = leader else {
+        return Err(Exit::new(
+            EXIT_BAD_ARGS,
+            format!("no leader endpoint given at [{}]", conf.endpoints.join(" ")),
+        ));
+    };
+    let mut m = c.client.maintenance_client();
+    let r = c
+        .unary(deadline, m.move_leader(target))
+        .await
+        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?;
+    match pr.fmt {
+        Format::Simple => {
+            out(&format!(
+                "Leadership transferred from {leader_id:x} to {target:x}\n"
+            ));
+            Ok(())
+        }
+        Format::Fields | Format::Table => Err(Exit::new(
+            crate::client::EXIT_BAD_FEATURE,
+            format!("{} not supported as output format", pr.fmt.name()),
+        )),
+        _ => pr.header_only(&r.0, &r.0.header, "", false),
+    }
 }
