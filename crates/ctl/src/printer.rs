@@ -796,6 +796,11 @@ fn lossy_raw(b: &[u8]) -> String {
     }
 }
 
+/// The `fields` header lines.
+pub fn hdr_fields_of(h: &Option<PbResponseHeader>) -> String {
+    hdr_fields(h.as_ref())
+}
+
 pub fn alarm_name(a: i32) -> &'static str {
     match a {
         0 => "NONE",
