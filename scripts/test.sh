@@ -59,7 +59,8 @@ done
 # (iproute2) for network namespaces, veths and a bridge; nft for the faults.
 # The power-loss tests (tests/tests/power_loss.rs): mkfs.ext4 (e2fsprogs)
 # for the members' disk images, xfs_io (xfsprogs) to shut them down.
-for tool in ip:iproute2 nft:nftables mkfs.ext4:e2fsprogs xfs_io:xfsprogs; do
+# The I/O error tests (tests/tests/io_errors.rs): fiu-run (fiu-utils).
+for tool in ip:iproute2 nft:nftables mkfs.ext4:e2fsprogs xfs_io:xfsprogs fiu-run:fiu-utils; do
     if ! command -v "${tool%%:*}" >/dev/null; then
         echo "test.sh: installing ${tool#*:}"
         apt_install "${tool#*:}"
@@ -105,18 +106,18 @@ if [ -z "${RETCD_FAILPOINTS_BIN:-}" ]; then
 fi
 
 # Two lanes, built first so neither waits for the other's build: the
-# fault scenarios (robustness, namespaced partitions, power loss; serial inside,
+# fault scenarios (robustness, namespaced partitions, power loss, I/O errors; serial inside,
 # correctness-checked, not timed) beside everything else. The lanes'
 # outputs are kept apart: the scenarios' in a log printed at the end.
 cargo test --workspace --no-run
 lane_log="$(mktemp -t retcd-fault-lane.XXXXXX)"
-cargo test --workspace --test robustness --test partition --test power_loss >"$lane_log" 2>&1 &
+cargo test --workspace --test robustness --test partition --test power_loss --test io_errors >"$lane_log" 2>&1 &
 lane_pid=$!
 rc=0
-cargo test --workspace -- --skip robustness_ --skip partition_ --skip power_loss_ || rc=$?
+cargo test --workspace -- --skip robustness_ --skip partition_ --skip power_loss_ --skip io_errors_ || rc=$?
 lane_rc=0
 wait "$lane_pid" || lane_rc=$?
-echo "===== the fault scenarios (tests/tests/{robustness,partition,power_loss}.rs):"
+echo "===== the fault scenarios (tests/tests/{robustness,partition,power_loss,io_errors}.rs):"
 cat "$lane_log"
 rm -f "$lane_log"
 if [ "$rc" != 0 ] || [ "$lane_rc" != 0 ]; then

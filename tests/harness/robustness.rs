@@ -91,6 +91,12 @@ pub struct Options {
     /// Run the failpoints build (retcd only); failpoints are set per member
     /// with [`RbCluster::set_failpoints`] and apply from the next start.
     pub failpoints: bool,
+    /// Run each member under libfiu's POSIX preload (`fiu-run -x`, Debian's
+    /// fiu-utils): I/O errors at random through [`RbCluster::io_faults`]
+    /// on the running member, or from its next start with
+    /// [`RbCluster::set_start_io_faults`]. retcd only: etcd's Go binary
+    /// makes its system calls without libc, where the preload cannot reach.
+    pub fiu: bool,
     pub traffic: TrafficConfig,
     /// Watchers: (filter, prev_kv); each watches the traffic prefix.
     pub watchers: Vec<(Filter, bool)>,
@@ -114,6 +120,7 @@ impl Options {
             netns: false,
             power_disks: None,
             failpoints: false,
+            fiu: false,
             traffic: TrafficConfig::default(),
             watchers: vec![
                 (Filter::None, true),
@@ -169,6 +176,17 @@ impl Options {
         self
     }
 
+    /// Every member under libfiu ([`Options::fiu`]).
+    pub fn with_fiu(mut self) -> Options {
+        assert_eq!(
+            self.flavor,
+            Flavor::Retcd,
+            "libfiu cannot reach etcd's Go binary"
+        );
+        self.fiu = true;
+        self
+    }
+
     pub fn with_failpoints(mut self) -> Options {
         self.failpoints = true;
         self
@@ -197,6 +215,9 @@ pub struct RbCluster {
     /// members are killed).
     pub net: Option<NetLab>,
     fp_files: Vec<PathBuf>,
+    /// Per member: libfiu's control FIFO prefix and the file of commands
+    /// its next start runs ([`Options::fiu`]; empty without it).
+    fiu: Vec<(PathBuf, PathBuf)>,
     pub paused: Vec<bool>,
     mounts: Vec<TmpfsMount>,
     /// The members' power disks (empty without [`Options::with_power_disks`]).
@@ -325,6 +346,7 @@ impl RbCluster {
         };
         let mut members = Vec::new();
         let mut fp_files = Vec::new();
+        let mut fiu = Vec::new();
         let mut mounts = Vec::new();
         let mut disks = Vec::new();
         for (i, (c, p, a)) in ports.iter().copied().enumerate() {
@@ -366,6 +388,25 @@ impl RbCluster {
                 (server.clone(), flags)
             };
             fp_files.push(fp);
+            let (bin, args) = if opts.fiu {
+                // fiu-run execs retcd with the preload (same PID); sh adds
+                // the start commands of the member's file, if any.
+                let ctl = dir.path().join(format!("m{i}.fiu-ctl"));
+                let cmds = dir.path().join(format!("m{i}.fiu-start"));
+                let script = format!(
+                    "c=$(cat '{}' 2>/dev/null); if [ -n \"$c\" ]; then echo \"libfiu at start: $c\"; exec fiu-run -x -f '{}' -c \"$c\" \"$@\"; fi; exec fiu-run -x -f '{}' \"$@\"",
+                    cmds.display(),
+                    ctl.display(),
+                    ctl.display()
+                );
+                let mut a = vec!["-c".to_string(), script, "fiu".to_string()];
+                a.push(bin.display().to_string());
+                a.extend(args);
+                fiu.push((ctl, cmds));
+                (PathBuf::from("/bin/sh"), a)
+            } else {
+                (bin, args)
+            };
             let (bin, args) = match &net {
                 Some(lab) => lab.wrap(i, &bin, args),
                 None => (bin, args),
@@ -395,6 +436,7 @@ impl RbCluster {
             proxies,
             net,
             fp_files,
+            fiu,
             paused: vec![false; n],
             mounts,
             disks,
@@ -452,6 +494,40 @@ impl RbCluster {
     /// member `i` gets from its next start; `""` clears them.
     pub fn set_failpoints(&self, i: usize, spec: &str) {
         std::fs::write(&self.fp_files[i], spec).expect("write failpoint file");
+    }
+
+    /// Tells member `i`'s libfiu (now) to fail each of `points` (e.g.
+    /// `posix/io/sync/fdatasync`) with probability `p`; `p == 0.0`
+    /// disables them. Bounded: a member that died does not hang the test.
+    pub fn io_faults(&self, i: usize, points: &[&str], p: f64) -> Result<()> {
+        let (ctl, _) = self.fiu.get(i).context("not a libfiu cluster")?;
+        let pid = self.cluster.members[i]
+            .pid()
+            .context("member not running")?;
+        let mut cmd = Command::new("timeout");
+        cmd.args(["5", "fiu-ctrl", "-f"]).arg(ctl);
+        for pt in points {
+            let c = if p > 0.0 {
+                format!("enable_random name={pt},probability={p}")
+            } else {
+                format!("disable name={pt}")
+            };
+            cmd.args(["-c", &c]);
+        }
+        let out = cmd.arg(pid.to_string()).output().context("run fiu-ctrl")?;
+        let said = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || said.contains("rror") {
+            bail!("fiu-ctrl for m{i} failed ({}): {said}", out.status);
+        }
+        Ok(())
+    }
+
+    /// libfiu commands (`fiu-run -c` syntax, e.g. `enable_random
+    /// name=posix/io/rw/pread,probability=0.05`) member `i` runs from its
+    /// next start; `""` clears them.
+    pub fn set_start_io_faults(&self, i: usize, cmd: &str) {
+        let (_, f) = self.fiu.get(i).expect("not a libfiu cluster");
+        std::fs::write(f, cmd).expect("write the libfiu start file");
     }
 
     pub async fn leader(&mut self) -> Result<usize> {
@@ -552,6 +628,9 @@ impl RbCluster {
             if !self.cluster.members[i].is_running() {
                 if !self.fp_files.is_empty() {
                     self.set_failpoints(i, "");
+                }
+                if !self.fiu.is_empty() {
+                    self.set_start_io_faults(i, "");
                 }
                 self.restart(i);
             }
