@@ -557,3 +557,85 @@ async fn admin_commands_match_etcdctl_on_target() {
     let n = bounded(LIMIT, compare_script(test_flavor(), &admin_script())).await;
     assert!(n > 50);
 }
+
+/// `watch` (simple and json, `--prefix --prev-kv`, and a command run per
+/// event with `ETCD_WATCH_*`): both tools watch the same server while
+/// keys change, then are stopped by PID; their outputs must be equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_matches_etcdctl() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
+        let ep = format!("--endpoints={}", c.endpoints()[0]);
+        let forms: Vec<Vec<&str>> = vec![
+            vec!["watch", "w", "--prefix", "--prev-kv"],
+            vec!["watch", "w1", "-w", "json"],
+            vec![
+                "watch",
+                "w1",
+                "--",
+                "sh",
+                "-c",
+                "echo \"$ETCD_WATCH_EVENT_TYPE $ETCD_WATCH_KEY $ETCD_WATCH_VALUE\"",
+            ],
+        ];
+        let mut children = Vec::new();
+        for bin in [etcdctl35_bin(), retcdctl_bin()] {
+            for f in &forms {
+                let child = std::process::Command::new(&bin)
+                    .arg(&ep)
+                    .args(f)
+                    .env("ETCDCTL_API", "3")
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("spawn watch");
+                children.push((bin.clone(), f.clone(), child));
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        tokio::task::block_in_place(|| {
+            for args in [
+                vec!["put", "w1", "a"],
+                vec!["put", "w2", "b"],
+                vec!["put", "w1", "c"],
+                vec!["del", "w1"],
+            ] {
+                let mut a = vec![ep.as_str()];
+                a.extend(args);
+                let o = run_ctl(&etcdctl35_bin(), &a, None, &[]);
+                assert!(o.success(), "{}", show(&o));
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let mut outs = Vec::new();
+        for (bin, f, mut child) in children {
+            let _ = std::process::Command::new("kill")
+                .args(["-s", "KILL", &child.id().to_string()])
+                .status();
+            let mut o = String::new();
+            use std::io::Read as _;
+            child
+                .stdout
+                .take()
+                .expect("stdout")
+                .read_to_string(&mut o)
+                .expect("read");
+            let _ = child.wait();
+            outs.push((bin, f, retcd_tests::normalize::normalize_stdout(&o)));
+        }
+        let n = forms.len();
+        for i in 0..n {
+            let (e, r) = (&outs[i], &outs[i + n]);
+            // "dzE=" is w1 in base64 (-w json).
+            assert!(
+                e.2.contains("w1") || e.2.contains("dzE="),
+                "etcdctl saw no events for {:?}: {:?}",
+                e.1,
+                e.2
+            );
+            assert_eq!(e.2, r.2, "watch {:?}: etcdctl 3.5 vs retcdctl", e.1);
+        }
+    })
+    .await;
+}
