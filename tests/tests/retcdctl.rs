@@ -639,3 +639,703 @@ async fn watch_matches_etcdctl() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------------------
+// lock, elect, make-mirror, check perf / datascale.
+
+/// A command left running in the background (lock holder, candidate,
+/// observer, mirror); stdout and stderr are collected as they come.
+/// Killed by PID on drop.
+struct Bg {
+    child: std::process::Child,
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+    err: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Bg {
+    fn spawn(bin: &std::path::Path, ep: &str, args: &[&str]) -> Bg {
+        use std::io::Read as _;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(bin)
+            .env("ETCDCTL_API", "3")
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .arg(format!("--endpoints={ep}"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let collect = |mut r: Box<dyn std::io::Read + Send>| {
+            let sink = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+            let s = sink.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = r.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    s.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+            sink
+        };
+        let out = collect(Box::new(child.stdout.take().expect("stdout")));
+        let err = collect(Box::new(child.stderr.take().expect("stderr")));
+        Bg { child, out, err }
+    }
+
+    fn stdout(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    async fn wait_for(&self, needle: &str, timeout: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < end {
+            if self.stdout().contains(needle) {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = std::process::Command::new("kill")
+            .args(["-s", sig, &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Waits for the exit (SIGKILL after `timeout`); what it printed and
+    /// its code (-1 when a signal ended it).
+    async fn finish(mut self, timeout: std::time::Duration) -> Output {
+        let end = std::time::Instant::now() + timeout;
+        let code = loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                break st.code().unwrap_or(-1);
+            }
+            if std::time::Instant::now() >= end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break -2;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        // Let the reader threads drain the pipes.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        Output {
+            stdout: self.stdout(),
+            stderr: self.err.lock().unwrap().clone(),
+            code,
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `name/<hex lease>` → `name/<LEASE>`; `"key":"<base64>"` and `"lease":N`
+/// in JSON are masked too.
+fn mask_lease(s: &str) -> String {
+    let s: String = s
+        .split('\n')
+        .map(|l| match l.rsplit_once('/') {
+            Some((pfx, id))
+                if !id.is_empty()
+                    && !pfx.contains(' ')
+                    && id.chars().all(|c| c.is_ascii_hexdigit()) =>
+            {
+                format!("{pfx}/<LEASE>")
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = String::new();
+    let mut rest = s.as_str();
+    while let Some(i) = rest.find("\"lease\":") {
+        out.push_str(&rest[..i + 8]);
+        rest = &rest[i + 8..];
+        let n = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        out.push_str("<LEASE>");
+        rest = &rest[n..];
+    }
+    out.push_str(rest);
+    retcd_tests::normalize_text(&out)
+}
+
+fn secs(n: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(n)
+}
+
+/// The lock script with one tool on one server: a holder and a waiter,
+/// the exec form's exit code and environment, bad exec commands.
+async fn lock_script(bin: &std::path::Path, ep: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let o = |o: &Output| {
+        format!(
+            "code={} out={:?} err={:?}",
+            o.code,
+            mask_lease(&o.stdout),
+            mask_lease(&o.stderr)
+        )
+    };
+    let run = |args: &[&str]| {
+        let mut a = vec![format!("--endpoints={ep}")];
+        a.extend(args.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+        run_ctl(bin, &a, None, &[])
+    };
+    let exec = tokio::task::block_in_place(|| {
+        [
+            run(&[
+                "lock",
+                "L0",
+                "--",
+                "sh",
+                "-c",
+                "echo $ETCD_LOCK_KEY; exit 7",
+            ]),
+            run(&["lock", "L0", "sh", "-c", "true"]),
+            run(&[
+                "lock",
+                "L0",
+                "--",
+                "sh",
+                "-c",
+                "test -n \"$ETCD_LOCK_REV\" && echo rev-set",
+            ]),
+            run(&["lock", "L0", "--", "sh", "-c", "kill -9 $$"]),
+            run(&["lock", "L0", "no-such-command-xyz"]),
+            run(&["lock", "L0", "/nonexistent/cmd"]),
+            run(&["lock", "--ttl=5", "L0", "--", "echo", "ttl5"]),
+        ]
+    });
+    for e in &exec {
+        seen.push(format!("exec: {}", o(e)));
+    }
+    let holder = Bg::spawn(bin, ep, &["lock", "L1"]);
+    assert!(
+        holder.wait_for("L1/", secs(10)).await,
+        "holder did not get the lock: {:?}",
+        holder.stdout()
+    );
+    seen.push(format!("holder: {:?}", mask_lease(&holder.stdout())));
+    let mut waiter = Bg::spawn(bin, ep, &["lock", "L1", "--", "echo", "second-got-it"]);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    seen.push(format!(
+        "waiter while held: running={} out={:?}",
+        waiter.running(),
+        waiter.stdout()
+    ));
+    holder.signal("TERM");
+    let h = holder.finish(secs(10)).await;
+    seen.push(format!("holder after SIGTERM: {}", o(&h)));
+    let w = waiter.finish(secs(15)).await;
+    seen.push(format!("waiter after release: {}", o(&w)));
+    // A waiter interrupted before it gets the lock.
+    let holder = Bg::spawn(bin, ep, &["lock", "L2"]);
+    assert!(holder.wait_for("L2/", secs(10)).await);
+    let waiter = Bg::spawn(bin, ep, &["lock", "L2"]);
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    waiter.signal("INT");
+    seen.push(format!(
+        "interrupted waiter: {}",
+        o(&waiter.finish(secs(10)).await)
+    ));
+    holder.signal("INT");
+    seen.push(format!(
+        "holder after SIGINT: {}",
+        o(&holder.finish(secs(10)).await)
+    ));
+    seen
+}
+
+/// Runs the lock script with etcdctl 3.5 and retcdctl on one fresh
+/// server of `flavor`, then has an etcdctl holder exclude a retcdctl
+/// waiter (and the other way round).
+async fn compare_lock(flavor: Flavor) {
+    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
+    let ep = c.endpoints()[0].clone();
+    let want = lock_script(&etcdctl35_bin(), &ep).await;
+    let got = lock_script(&retcdctl_bin(), &ep).await;
+    assert_eq!(
+        want[0], "exec: code=7 out=\"L0/<LEASE>\\n\" err=\"Error: exit status 7\\n\"",
+        "the script changed on etcdctl"
+    );
+    assert_eq!(
+        got,
+        want,
+        "retcdctl's lock differs from etcdctl's on {}",
+        flavor.name()
+    );
+    for (a, b) in [
+        (etcdctl35_bin(), retcdctl_bin()),
+        (retcdctl_bin(), etcdctl35_bin()),
+    ] {
+        let holder = Bg::spawn(&a, &ep, &["lock", "X"]);
+        assert!(holder.wait_for("X/", secs(10)).await);
+        let mut waiter = Bg::spawn(&b, &ep, &["lock", "X", "--", "echo", "got-x"]);
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        assert!(
+            waiter.running(),
+            "{} took a lock {} holds",
+            b.display(),
+            a.display()
+        );
+        holder.signal("TERM");
+        let w = waiter.finish(secs(15)).await;
+        assert_eq!((w.code, w.stdout.as_str()), (0, "got-x\n"), "{}", show(&w));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_matches_etcdctl_on_etcd() {
+    bounded(LIMIT, compare_lock(Flavor::Etcd)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_matches_etcdctl_on_target() {
+    bounded(LIMIT, compare_lock(test_flavor())).await;
+}
+
+/// The election script with one tool: an observer (simple and JSON), two
+/// campaigners, the first resigning on SIGTERM.
+async fn elect_script(bin: &std::path::Path, ep: &str, name: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let observer = Bg::spawn(bin, ep, &["elect", "-l", name]);
+    let json_observer = Bg::spawn(bin, ep, &["elect", "-l", name, "-w", "json"]);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let first = Bg::spawn(bin, ep, &["elect", name, "v1"]);
+    assert!(first.wait_for("v1", secs(10)).await, "first not leader");
+    seen.push(format!("first: {:?}", mask_lease(&first.stdout())));
+    let mut second = Bg::spawn(bin, ep, &["elect", name, "v2"]);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    seen.push(format!(
+        "second while first leads: running={} out={:?}",
+        second.running(),
+        second.stdout()
+    ));
+    assert!(
+        observer.wait_for("v1", secs(10)).await,
+        "observer missed v1"
+    );
+    first.signal("TERM");
+    let f = first.finish(secs(10)).await;
+    seen.push(format!(
+        "first after SIGTERM: code={} err={:?}",
+        f.code, f.stderr
+    ));
+    assert!(second.wait_for("v2", secs(15)).await, "second never leader");
+    seen.push(format!("second: {:?}", mask_lease(&second.stdout())));
+    assert!(
+        observer.wait_for("v2", secs(10)).await,
+        "observer missed v2"
+    );
+    assert!(
+        json_observer.wait_for("djI=", secs(10)).await,
+        "json observer missed v2"
+    );
+    second.signal("INT");
+    let s = second.finish(secs(10)).await;
+    seen.push(format!(
+        "second after SIGINT: code={} err={:?}",
+        s.code, s.stderr
+    ));
+    for (what, ob) in [("observer", observer), ("json observer", json_observer)] {
+        ob.signal("TERM");
+        let o = ob.finish(secs(10)).await;
+        // JSON: the revisions differ between the two runs; keep the shape.
+        let out = mask_lease(&o.stdout)
+            .split('\n')
+            .map(|l| {
+                if l.starts_with('{') {
+                    l.split(',')
+                        .filter(|f| {
+                            ![
+                                "revision",
+                                "\"key\"",
+                                "cluster_id",
+                                "member_id",
+                                "raft_term",
+                            ]
+                            .iter()
+                            .any(|x| f.contains(x))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        seen.push(format!(
+            "{what}: code={} out={out:?} err={:?}",
+            o.code, o.stderr
+        ));
+    }
+    seen
+}
+
+async fn compare_elect(flavor: Flavor) {
+    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
+    let ep = c.endpoints()[0].clone();
+    let want = elect_script(&etcdctl35_bin(), &ep, "E1").await;
+    let got = elect_script(&retcdctl_bin(), &ep, "E2").await;
+    let got: Vec<String> = got.iter().map(|s| s.replace("E2/", "E1/")).collect();
+    assert_eq!(
+        got,
+        want,
+        "retcdctl's elect differs from etcdctl's on {}",
+        flavor.name()
+    );
+    // Mixed: a retcdctl observer sees an etcdctl leader and vice versa.
+    for (a, b) in [
+        (etcdctl35_bin(), retcdctl_bin()),
+        (retcdctl_bin(), etcdctl35_bin()),
+    ] {
+        let leader = Bg::spawn(&a, &ep, &["elect", "M", "from-a"]);
+        assert!(leader.wait_for("from-a", secs(10)).await);
+        let ob = Bg::spawn(&b, &ep, &["elect", "-l", "M"]);
+        assert!(
+            ob.wait_for("from-a", secs(10)).await,
+            "{} missed it",
+            b.display()
+        );
+        leader.signal("TERM");
+        let _ = leader.finish(secs(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_matches_etcdctl_on_etcd() {
+    bounded(LIMIT, compare_elect(Flavor::Etcd)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_matches_etcdctl_on_target() {
+    bounded(LIMIT, compare_elect(test_flavor())).await;
+}
+
+/// make-mirror from one server to a second: both tools mirror the same
+/// prefix at once (to `e/` and `r/`), then the source changes; after the
+/// 30 s tick both printed the same count, and the destination holds the
+/// same keys under each prefix.
+async fn compare_mirror(flavor: Flavor) {
+    let (src, dst) = tokio::join!(
+        Cluster::start(flavor, 1, FAST),
+        Cluster::start(flavor, 1, FAST)
+    );
+    let (src, dst) = (src.expect("start"), dst.expect("start"));
+    let (s, d) = (src.endpoints()[0].clone(), dst.endpoints()[0].clone());
+    let ctl = |ep: &str, args: &[&str]| {
+        let mut a = vec![format!("--endpoints={ep}")];
+        a.extend(args.iter().map(|x| x.to_string()));
+        let a: Vec<&str> = a.iter().map(|x| x.as_str()).collect();
+        let o = run_ctl(&etcdctl35_bin(), &a, None, &[]);
+        assert!(o.success(), "{args:?}: {}", show(&o));
+        o
+    };
+    tokio::task::block_in_place(|| {
+        for i in 0..5 {
+            ctl(&s, &["put", &format!("src/k{i}"), &format!("v{i}")]);
+        }
+        ctl(&s, &["put", "outside", "x"]);
+    });
+    let e = Bg::spawn(
+        &etcdctl35_bin(),
+        &s,
+        &["make-mirror", "--prefix=src/", "--dest-prefix=e/", &d],
+    );
+    let r = Bg::spawn(
+        &retcdctl_bin(),
+        &s,
+        &["make-mirror", "--prefix=src/", "--dest-prefix=r/", &d],
+    );
+    tokio::time::sleep(secs(3)).await;
+    tokio::task::block_in_place(|| {
+        ctl(&s, &["put", "src/k5", "v5"]);
+        ctl(&s, &["del", "src/k0"]);
+        ctl(&s, &["put", "src/k1", "v1b"]);
+        let t = "\nput src/t1 a\nput src/t2 b\ndel src/k2\n\n\n";
+        let mut a = vec![format!("--endpoints={s}"), "txn".to_string()];
+        a.push("--interactive=false".into());
+        let a: Vec<&str> = a.iter().map(|x| x.as_str()).collect();
+        let o = run_ctl(&etcdctl35_bin(), &a, Some(t), &[]);
+        assert!(o.success(), "txn: {}", show(&o));
+    });
+    assert!(e.wait_for("\n", secs(40)).await, "etcdctl printed no count");
+    assert!(
+        r.wait_for("\n", secs(10)).await,
+        "retcdctl printed no count"
+    );
+    e.signal("TERM");
+    r.signal("TERM");
+    let (eo, ro) = (e.finish(secs(5)).await, r.finish(secs(5)).await);
+    assert_eq!(
+        eo.stdout,
+        "11\n",
+        "etcdctl's count (5 keys copied + 6 events): {}",
+        show(&eo)
+    );
+    assert_eq!(ro.stdout, eo.stdout, "retcdctl's count: {}", show(&ro));
+    assert_eq!(ro.stderr, eo.stderr);
+    let dump = |p: &str| {
+        tokio::task::block_in_place(|| ctl(&d, &["get", "--prefix", p]))
+            .stdout
+            .replace(p, "<p>")
+    };
+    let (de, dr) = (dump("e/"), dump("r/"));
+    assert!(de.contains("<p>k1\nv1b\n") && !de.contains("<p>k0"), "{de}");
+    assert_eq!(dr, de, "the destination differs under r/ and e/");
+    // The same mistakes give the same answers.
+    let bad: Vec<(Vec<String>, i32)> = vec![
+        (
+            v(&[
+                &format!("--endpoints={s}"),
+                "make-mirror",
+                "--dest-prefix=a/",
+                "--no-dest-prefix",
+                &d,
+            ]),
+            128,
+        ),
+        (
+            v(&[&format!("--endpoints={s}"), "make-mirror", &d, &s]),
+            128,
+        ),
+    ];
+    tokio::task::block_in_place(|| assert_cases(&bad));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_mirror_matches_etcdctl_on_etcd() {
+    bounded(LIMIT, compare_mirror(Flavor::Etcd)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_mirror_matches_etcdctl_on_target() {
+    bounded(LIMIT, compare_mirror(test_flavor())).await;
+}
+
+/// A `check` output's shape: progress-bar redraws (`\r…`) dropped (but
+/// the first one kept: it has no timings), digits masked.
+fn check_shape(out: &str) -> (String, Vec<String>) {
+    let first_bar = out
+        .split('\r')
+        .nth(1)
+        .map(|s| s.split('\n').next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let mut lines = Vec::new();
+    for seg in out.split('\r') {
+        for (i, l) in seg.split('\n').enumerate() {
+            let bar = i == 0
+                && l.trim_start().starts_with(|c: char| c.is_ascii_digit())
+                && l.contains(" / ");
+            let l = if bar {
+                // "59 / 60   98.33%PASS: …": etcdctl's results may follow
+                // an unfinished bar on the same line.
+                match l.find("%") {
+                    Some(p) => l[p + 1..]
+                        .trim_start_matches(|c: char| c.is_ascii_digit() || "ms ".contains(c)),
+                    None => "",
+                }
+            } else {
+                l
+            };
+            if !l.trim().is_empty() {
+                let masked: String = l
+                    .chars()
+                    .map(|c| if c.is_ascii_digit() { '#' } else { c })
+                    .collect();
+                let mut m = masked;
+                while m.contains("##") {
+                    m = m.replace("##", "#");
+                }
+                lines.push(m.replace("-#", "#").replace("NaN", "#"));
+            }
+        }
+    }
+    (first_bar, lines)
+}
+
+/// `check datascale --load s`: the same lines (digits masked) and exit
+/// code from both tools, on etcd and the target.
+async fn compare_datascale(flavor: Flavor) {
+    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
+    let ep = format!("--endpoints={}", c.endpoints()[0]);
+    let args = [
+        ep.as_str(),
+        "check",
+        "datascale",
+        "--load",
+        "s",
+        "--auto-compact",
+        "--auto-defrag",
+    ];
+    let (e, r) = tokio::task::block_in_place(|| {
+        (
+            run_ctl(&etcdctl35_bin(), &args, None, &[]),
+            run_ctl(&retcdctl_bin(), &args, None, &[]),
+        )
+    });
+    assert_eq!(e.code, 0, "etcdctl: {}", show(&e));
+    let (es, rs) = (check_shape(&e.stdout), check_shape(&r.stdout));
+    assert_eq!(
+        es.1,
+        vec![
+            "Start data scale check for work load [# key-value pairs, # bytes per key-value, # concurrent clients].",
+            "Compacting with revision #",
+            "Compacted with revision #",
+            "Defragmenting \"http://#.#.#.#:#\"",
+            "Defragmented \"http://#.#.#.#:#\"",
+            "PASS: Approximate system memory used : #.# MB.",
+        ],
+        "etcdctl's datascale output changed: {}",
+        show(&e)
+    );
+    assert_eq!(
+        (r.code, &rs),
+        (e.code, &es),
+        "retcdctl:\n{}\netcdctl:\n{}",
+        show(&r),
+        show(&e)
+    );
+    // A prefix that already has keys: exit 3 with etcdctl's hint.
+    let put = run_ctl(
+        &etcdctl35_bin(),
+        &[ep.as_str(), "put", "/etcdctl-check-datascale/x", "1"],
+        None,
+        &[],
+    );
+    assert!(put.success());
+    let cases = vec![
+        (v(&[ep.as_str(), "check", "datascale"]), 3),
+        (
+            v(&[
+                ep.as_str(),
+                "check",
+                "perf",
+                "--prefix=/etcdctl-check-datascale/",
+            ]),
+            3,
+        ),
+        (v(&[ep.as_str(), "check", "datascale", "--load", "huge"]), 4),
+        (v(&[ep.as_str(), "check", "perf", "--load", "xxl"]), 4),
+    ];
+    tokio::task::block_in_place(|| assert_cases(&cases));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_datascale_matches_etcdctl_on_etcd() {
+    bounded(LIMIT, compare_datascale(Flavor::Etcd)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_datascale_matches_etcdctl_on_target() {
+    bounded(LIMIT, compare_datascale(test_flavor())).await;
+}
+
+/// `check perf --load s` runs 60 s by design, so it runs once per tool,
+/// both at once (on their own prefixes), against the target only (the
+/// datascale and bad-input cases above cover real etcd). Whether each
+/// check passes depends on the machine's load, so the test asserts the
+/// shape: the first bar line as etcdctl draws it, each result line one of
+/// etcdctl's (digits masked), in etcdctl's order, and the exit code
+/// following the verdict line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_perf_has_etcdctls_shape_on_target() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
+        let ep = format!("--endpoints={}", c.endpoints()[0]);
+        let run = |bin: std::path::PathBuf, pfx: &'static str| {
+            let ep = ep.clone();
+            std::thread::spawn(move || {
+                let pf = format!("--prefix={pfx}");
+                let mut cmd = std::process::Command::new(bin);
+                cmd.env("ETCDCTL_API", "3")
+                    .env_remove("ETCDCTL_ENDPOINTS")
+                    .args([
+                        ep.as_str(),
+                        "check",
+                        "perf",
+                        "--load",
+                        "s",
+                        &pf,
+                        "--auto-compact",
+                    ])
+                    .stdin(std::process::Stdio::null());
+                let o = cmd.output().expect("run check perf");
+                Output {
+                    stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+                    stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+                    code: o.status.code().unwrap_or(-1),
+                }
+            })
+        };
+        let (e, r) = (
+            run(etcdctl35_bin(), "/perf-e/"),
+            run(retcdctl_bin(), "/perf-r/"),
+        );
+        let (e, r) = tokio::task::block_in_place(|| {
+            (e.join().expect("etcdctl"), r.join().expect("retcdctl"))
+        });
+        let allowed: [&[&str]; 4] = [
+            &[
+                "PASS: Throughput is # writes/s",
+                "FAIL: Throughput too low: # writes/s",
+            ],
+            &[
+                "PASS: Slowest request took #.#s",
+                "Slowest request took too long: #.#s",
+            ],
+            &[
+                "PASS: Stddev is #.#s",
+                "Stddev too high: #.#s",
+                "PASS: Stddev is #s",
+            ],
+            &["PASS", "FAIL"],
+        ];
+        for (name, o) in [("etcdctl", &e), ("retcdctl", &r)] {
+            let (bar, lines) = check_shape(&o.stdout);
+            assert_eq!(bar, " 0 / 60    0.00%", "{name}: first bar: {}", show(o));
+            let results: Vec<&String> = lines
+                .iter()
+                .filter(|l| {
+                    !l.starts_with("Compact")
+                        && !l.starts_with("FAIL: ERROR")
+                        && *l != "FAIL: too many errors"
+                })
+                .collect();
+            assert_eq!(results.len(), 4, "{name}: {lines:?}\n{}", show(o));
+            for (l, ok) in results.iter().zip(allowed) {
+                assert!(
+                    ok.contains(&l.as_str()),
+                    "{name}: unexpected line {l:?}\n{}",
+                    show(o)
+                );
+            }
+            assert!(
+                lines.contains(&"Compacting with revision #".to_string()),
+                "{name}: {lines:?}"
+            );
+            let want = if results[3] == "PASS" { 0 } else { 1 };
+            assert_eq!(o.code, want, "{name}: exit code vs verdict: {}", show(o));
+            assert_eq!(o.stderr, "", "{name}: {}", show(o));
+        }
+    })
+    .await;
+}

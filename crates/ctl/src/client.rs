@@ -610,8 +610,11 @@ fn endpoint_for(
         e = e.connect_timeout(c.dial_timeout);
     }
     if !c.keepalive_time.is_zero() {
+        // grpc-go raises a keepalive time under 10 s to 10 s (etcd's
+        // servers answer more frequent pings with GOAWAY too_many_pings,
+        // which ends long-running watches and keep-alives).
         e = e
-            .http2_keep_alive_interval(c.keepalive_time)
+            .http2_keep_alive_interval(c.keepalive_time.max(Duration::from_secs(10)))
             .keep_alive_timeout(c.keepalive_timeout);
     }
     Ok((

@@ -33,6 +33,8 @@ pub struct Flag {
     pub kind: Kind,
     pub default: &'static str,
     pub usage: &'static str,
+    /// pflag's `MarkHidden`: accepted, but not listed in the usage page.
+    pub hidden: bool,
 }
 
 pub fn flag(name: &'static str, kind: Kind, default: &'static str, usage: &'static str) -> Flag {
@@ -42,7 +44,13 @@ pub fn flag(name: &'static str, kind: Kind, default: &'static str, usage: &'stat
         kind,
         default,
         usage,
+        hidden: false,
     }
+}
+
+/// A hidden flag (accepted, not in the usage page).
+pub fn hidden(f: Flag) -> Flag {
+    Flag { hidden: true, ..f }
 }
 
 pub fn short(
@@ -265,6 +273,7 @@ fn flagsets(root: &Cmd, path: &[&str]) -> (Vec<Flag>, Vec<Flag>) {
         kind: Kind::Bool,
         default: "false",
         usage: leak(format!("help for {name}")),
+        hidden: false,
     });
     (local, inherited)
 }
@@ -535,7 +544,7 @@ fn levenshtein(a: &str, b: &str) -> usize {
 }
 
 fn flag_usages(flags: &[Flag]) -> String {
-    let mut fs: Vec<&Flag> = flags.iter().collect();
+    let mut fs: Vec<&Flag> = flags.iter().filter(|f| !f.hidden).collect();
     fs.sort_by_key(|f| f.name);
     fs.dedup_by_key(|f| f.name);
     let mut out = String::new();

@@ -1,7 +1,7 @@
 //! etcdctl 3.5's command tree: every command, its flags, their defaults
 //! and help texts (etcdctl/ctlv3/ctl.go and command/*.go).
 
-use crate::cobra::{flag, short, Cmd, Kind::*};
+use crate::cobra::{flag, hidden, short, Cmd, Kind::*};
 
 const PUT_LONG: &str = "
 Puts the given key into the store.
@@ -137,6 +137,10 @@ pub fn root() -> Cmd {
             ]),
             Cmd::new("make-mirror [options] <destination>", "Makes a mirror at the destination etcd cluster").flags(vec![
                 flag("prefix", Str, "", "Key-value prefix to mirror"),
+                // etcdctl 3.6's flag, hidden so that the usage page stays 3.5's:
+                // 0 (the default) commits each source revision as one txn, as
+                // 3.5 does; N > 0 also splits a revision's events into txns of N.
+                hidden(flag("max-txn-ops", Uint, "0", "Maximum number of operations permitted in a transaction during syncing updates.")),
                 flag("dest-prefix", Str, "", "destination prefix to mirror a prefix to a different prefix in the destination cluster"),
                 flag("no-dest-prefix", Bool, "false", "mirror key-values to the root of the destination cluster"),
                 flag("dest-cert", Str, "", "Identify secure client using this TLS certificate file for the destination cluster"),

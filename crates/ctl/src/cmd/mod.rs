@@ -1,11 +1,13 @@
 //! The commands, dispatched by their path.
 
 pub mod auth;
+pub mod check;
 pub mod cluster;
 pub mod conc;
 pub mod kv;
 pub mod lease;
 pub mod maint;
+pub mod mirror;
 pub mod txn;
 pub mod watch;
 
@@ -61,9 +63,9 @@ pub async fn run(ctx: &mut Ctx) -> Result<(), Exit> {
         "watch" => watch::watch(ctx).await,
         "lock" => conc::lock(ctx).await,
         "elect" => conc::elect(ctx).await,
-        "make-mirror" => conc::make_mirror(ctx).await,
-        "check perf" => conc::check_perf(ctx).await,
-        "check datascale" => conc::check_datascale(ctx).await,
+        "make-mirror" => mirror::make_mirror(ctx).await,
+        "check perf" => check::check_perf(ctx).await,
+        "check datascale" => check::check_datascale(ctx).await,
         other => Err(Exit::new(EXIT_ERROR, format!("{other}: not implemented"))),
     }
 }
