@@ -1,28 +1,33 @@
 //! Lock and election: the `v3lockpb.Lock` and `v3electionpb.Election`
 //! services through the `etcd-client` crate, and `etcdctl lock` / `etcdctl
 //! elect` (which run etcd's concurrency recipes client-side over KV, lease
-//! and watch). Each test runs against real etcd and retcd in the same run
-//! and compares what a client can observe.
+//! and watch), each etcdctl step also run with `retcdctl`. Each test runs
+//! against real etcd and retcd in the same run and compares what a client
+//! can observe.
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, LockOptions, ProclaimOptions, ResignOptions};
 use retcd_tests::limit::QUICK as LIMIT;
-use retcd_tests::{bounded, etcdctl_bin, grpc_error, retry_until, Cluster, Flavor};
+use retcd_tests::{
+    bounded, etcdctl_bin, grpc_error, retcdctl, retcdctl_bin, retry_until, Cluster, Flavor,
+};
 
-/// An `etcdctl` left running in the background (lock holder, candidate,
-/// observer); its stdout is collected line by line. Killed by PID on drop.
+/// An `etcdctl` (or `retcdctl`) left running in the background (lock
+/// holder, candidate, observer); its stdout is collected line by line.
+/// Killed by PID on drop.
 struct Bg {
     child: Child,
     out: Arc<Mutex<String>>,
 }
 
 impl Bg {
-    fn spawn(endpoint: &str, args: &[&str]) -> Bg {
-        let mut child = Command::new(etcdctl_bin())
+    fn spawn(bin: &Path, endpoint: &str, args: &[&str]) -> Bg {
+        let mut child = Command::new(bin)
             .env("ETCDCTL_API", "3")
             .env_remove("ETCDCTL_ENDPOINTS")
             .arg(format!("--endpoints={endpoint}"))
@@ -95,19 +100,34 @@ fn mask_lease(s: &str) -> String {
         .join("\n")
 }
 
-/// What one flavour shows for the etcdctl lock scenario.
-async fn etcdctl_lock_scenario(flavor: Flavor) -> Vec<String> {
+/// The command line a scenario drives: etcdctl, or retcdctl in its place.
+fn tool(retcd_ctl: bool) -> PathBuf {
+    if retcd_ctl {
+        retcdctl_bin()
+    } else {
+        etcdctl_bin()
+    }
+}
+
+/// What one flavour shows for the etcdctl (or retcdctl) lock scenario.
+async fn etcdctl_lock_scenario(flavor: Flavor, retcd_ctl: bool) -> Vec<String> {
     let c = Cluster::start(flavor, 1, &[]).await.expect("start");
     let ep = c.endpoints()[0].clone();
+    let bin = tool(retcd_ctl);
     let mut seen = Vec::new();
 
-    let out = c.etcdctl(&["lock", "job", "--", "echo", "ran-under-lock"]);
+    let args = ["lock", "job", "--", "echo", "ran-under-lock"];
+    let out = if retcd_ctl {
+        retcdctl(&c.endpoints(), &args)
+    } else {
+        c.etcdctl(&args)
+    };
     push(
         &mut seen,
         format!("exec: code={} out={}", out.code, out.stdout.trim()),
     );
 
-    let mut holder = Bg::spawn(&ep, &["lock", "L1"]);
+    let mut holder = Bg::spawn(&bin, &ep, &["lock", "L1"]);
     assert!(
         holder.wait_for("L1/", Duration::from_secs(10)).await,
         "{}: holder did not get the lock: {:?}",
@@ -118,7 +138,7 @@ async fn etcdctl_lock_scenario(flavor: Flavor) -> Vec<String> {
         &mut seen,
         format!("holder: {}", mask_lease(holder.output().trim())),
     );
-    let waiter = Bg::spawn(&ep, &["lock", "L1", "--", "echo", "second-got-it"]);
+    let waiter = Bg::spawn(&bin, &ep, &["lock", "L1", "--", "echo", "second-got-it"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     push(
         &mut seen,
@@ -143,16 +163,11 @@ async fn etcdctl_lock_scenario(flavor: Flavor) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_lock_mutual_exclusion_same_as_etcd() {
     bounded(LIMIT, async {
-        let want = etcdctl_lock_scenario(Flavor::Etcd).await;
-        let got = etcdctl_lock_scenario(Flavor::Retcd).await;
+        let want = etcdctl_lock_scenario(Flavor::Etcd, false).await;
+        let got = etcdctl_lock_scenario(Flavor::Retcd, false).await;
         assert_eq!(
             want,
-            vec![
-                "exec: code=0 out=ran-under-lock".to_string(),
-                "holder: L1/<LEASE>".to_string(),
-                "waiter while held: false".to_string(),
-                "waiter after release: true".to_string(),
-            ],
+            lock_expected(),
             "the scenario itself changed on real etcd"
         );
         assert_eq!(got, want);
@@ -160,12 +175,34 @@ async fn etcdctl_lock_mutual_exclusion_same_as_etcd() {
     .await;
 }
 
-async fn etcdctl_elect_scenario(flavor: Flavor) -> Vec<String> {
+fn lock_expected() -> Vec<String> {
+    vec![
+        "exec: code=0 out=ran-under-lock".to_string(),
+        "holder: L1/<LEASE>".to_string(),
+        "waiter while held: false".to_string(),
+        "waiter after release: true".to_string(),
+    ]
+}
+
+/// The same scenario with retcdctl in place of etcdctl, on both servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retcdctl_lock_mutual_exclusion_same_as_etcdctl() {
+    bounded(LIMIT, async {
+        let on_etcd = etcdctl_lock_scenario(Flavor::Etcd, true).await;
+        let on_retcd = etcdctl_lock_scenario(Flavor::Retcd, true).await;
+        assert_eq!(on_etcd, lock_expected(), "retcdctl on real etcd");
+        assert_eq!(on_retcd, lock_expected(), "retcdctl on retcd");
+    })
+    .await;
+}
+
+async fn etcdctl_elect_scenario(flavor: Flavor, retcd_ctl: bool) -> Vec<String> {
     let c = Cluster::start(flavor, 1, &[]).await.expect("start");
     let ep = c.endpoints()[0].clone();
+    let bin = tool(retcd_ctl);
     let mut seen = Vec::new();
-    let observer = Bg::spawn(&ep, &["elect", "-l", "E1"]);
-    let mut first = Bg::spawn(&ep, &["elect", "E1", "v1"]);
+    let observer = Bg::spawn(&bin, &ep, &["elect", "-l", "E1"]);
+    let mut first = Bg::spawn(&bin, &ep, &["elect", "E1", "v1"]);
     assert!(
         first.wait_for("v1", Duration::from_secs(10)).await,
         "first not leader"
@@ -174,7 +211,7 @@ async fn etcdctl_elect_scenario(flavor: Flavor) -> Vec<String> {
         &mut seen,
         format!("first: {}", mask_lease(first.output().trim())),
     );
-    let second = Bg::spawn(&ep, &["elect", "E1", "v2"]);
+    let second = Bg::spawn(&bin, &ep, &["elect", "E1", "v2"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     push(
         &mut seen,
@@ -204,9 +241,23 @@ async fn etcdctl_elect_scenario(flavor: Flavor) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_elect_same_as_etcd() {
     bounded(LIMIT, async {
-        let want = etcdctl_elect_scenario(Flavor::Etcd).await;
-        let got = etcdctl_elect_scenario(Flavor::Retcd).await;
+        let want = etcdctl_elect_scenario(Flavor::Etcd, false).await;
+        let got = etcdctl_elect_scenario(Flavor::Retcd, false).await;
         assert_eq!(got, want);
+    })
+    .await;
+}
+
+/// The same scenario with retcdctl in place of etcdctl, on both servers,
+/// against etcdctl's on real etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retcdctl_elect_same_as_etcdctl() {
+    bounded(LIMIT, async {
+        let want = etcdctl_elect_scenario(Flavor::Etcd, false).await;
+        let on_etcd = etcdctl_elect_scenario(Flavor::Etcd, true).await;
+        let on_retcd = etcdctl_elect_scenario(Flavor::Retcd, true).await;
+        assert_eq!(on_etcd, want, "retcdctl on real etcd");
+        assert_eq!(on_retcd, want, "retcdctl on retcd");
     })
     .await;
 }
