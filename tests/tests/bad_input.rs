@@ -214,3 +214,35 @@ async fn max_concurrent_streams_caps_streams_per_connection() {
     })
     .await
 }
+
+/// A request over the receive limit (`--max-request-bytes` + 512 KiB, as
+/// etcd sizes its gRPC server) gets grpc-go's answer, as etcd's clients
+/// see it: ResourceExhausted "grpc: received message larger than max (N
+/// vs. M)" (tonic's own is OutOfRange), and the member keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversize_request_gets_grpc_gos_resource_exhausted() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
+        let mut kv = KvClient::new(channel(&c).await);
+        let put = PutRequest {
+            key: b"big".to_vec(),
+            value: vec![b'x'; 2 * 1024 * 1024],
+            ..Default::default()
+        };
+        let (code, msg) = err(kv.put(put).await);
+        assert_eq!(code, Code::ResourceExhausted, "{msg}");
+        let limit = (1536 + 512) * 1024;
+        assert!(
+            msg.starts_with("grpc: received message larger than max (")
+                && msg.ends_with(&format!(" vs. {limit})")),
+            "{msg}"
+        );
+        let small = PutRequest {
+            key: b"small".to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        };
+        kv.put(small).await.expect("the member still serves");
+    })
+    .await;
+}

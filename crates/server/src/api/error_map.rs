@@ -142,6 +142,36 @@ pub fn unimplemented(_path: &str) -> Status {
     Status::new(Code::Unimplemented, "")
 }
 
+/// tonic answers a message over the receive limit with `OutOfRange`
+/// "Error, decoded message length too large: found N bytes, the limit is:
+/// M bytes"; grpc-go, so etcd, with `ResourceExhausted` "grpc: received
+/// message larger than max (N vs. M)". Rewrites the first into the second
+/// in the `grpc-status`/`grpc-message` of response headers (a unary call's
+/// trailers-only answer) or trailers (a stream's).
+pub fn grpc_go_size_error(h: &mut axum::http::HeaderMap) {
+    use axum::http::HeaderValue;
+    if h.get("grpc-status").map(|v| v.as_bytes()) != Some(b"11") {
+        return;
+    }
+    let Some(raw) = h.get("grpc-message") else {
+        return;
+    };
+    let msg = percent_encoding::percent_decode(raw.as_bytes()).decode_utf8_lossy();
+    let Some((n, m)) = msg
+        .strip_prefix("Error, decoded message length too large: found ")
+        .and_then(|r| r.split_once(" bytes, the limit is: "))
+        .and_then(|(n, r)| Some((n, r.strip_suffix(" bytes")?)))
+    else {
+        return;
+    };
+    let new = format!("grpc: received message larger than max ({n} vs. {m})");
+    let enc = percent_encoding::utf8_percent_encode(&new, percent_encoding::CONTROLS).to_string();
+    if let Ok(v) = HeaderValue::from_str(&enc) {
+        h.insert("grpc-status", HeaderValue::from_static("8"));
+        h.insert("grpc-message", v);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +219,37 @@ mod tests {
             (s.code(), s.message()),
             (Code::Unknown, "election: not leader")
         );
+    }
+
+    #[test]
+    fn tonic_size_error_becomes_grpc_gos() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let mut h = HeaderMap::new();
+        h.insert("grpc-status", HeaderValue::from_static("11"));
+        h.insert(
+            "grpc-message",
+            HeaderValue::from_static(
+                "Error,%20decoded%20message%20length%20too%20large:%20found%202097164%20bytes,%20the%20limit%20is:%202097152%20bytes",
+            ),
+        );
+        grpc_go_size_error(&mut h);
+        assert_eq!(h["grpc-status"], "8");
+        let m = percent_encoding::percent_decode(h["grpc-message"].as_bytes()).decode_utf8_lossy();
+        assert_eq!(
+            m,
+            "grpc: received message larger than max (2097164 vs. 2097152)"
+        );
+        // any other OutOfRange stays as it is
+        let mut h = HeaderMap::new();
+        h.insert("grpc-status", HeaderValue::from_static("11"));
+        h.insert(
+            "grpc-message",
+            HeaderValue::from_static(
+                "etcdserver:%20mvcc:%20required%20revision%20has%20been%20compacted",
+            ),
+        );
+        let before = h.clone();
+        grpc_go_size_error(&mut h);
+        assert_eq!(h, before);
     }
 }

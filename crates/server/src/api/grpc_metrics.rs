@@ -245,7 +245,8 @@ pub async fn layer(
             side: Side::Request(c),
         })
     });
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
+    crate::api::error_map::grpc_go_size_error(resp.headers_mut());
     // a trailers-only answer: the status is in the headers
     let code = resp.headers().get("grpc-status").map(code_of);
     if let Some(code) = code {
@@ -335,7 +336,12 @@ impl http_body::Body for Counted {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let this = &mut *self;
-        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        let mut r = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &mut r {
+            if let Some(t) = f.trailers_mut() {
+                crate::api::error_map::grpc_go_size_error(t);
+            }
+        }
         match (&r, &mut this.side) {
             (Poll::Ready(Some(Ok(f))), Side::Request(c)) => {
                 if let Some(d) = f.data_ref() {

@@ -31,29 +31,62 @@ pub const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 /// the leader's (etcd's `readyPercent`).
 const READY_PERCENT: f64 = 0.9;
 
-/// etcd's `types.NewURLs` checks: at least one URL; each with scheme
-/// http(s)/unix(s), host:port, no path.
+/// etcd's `types.NewURLs` checks, as Go's `url.Parse` and
+/// `net.SplitHostPort` make them: at least one URL; each (spaces trimmed)
+/// with a scheme of http, https, unix or unixs (any case), `host:port`
+/// (either may be empty; a port is digits) and no path (a query or a
+/// fragment may follow). Sorted, as etcd keeps them.
 pub fn validate_peer_urls(urls: &[String]) -> Result<Vec<String>, ServerError> {
     if urls.is_empty() {
         return Err(ServerError::MemberBadUrls);
     }
     let mut out = Vec::with_capacity(urls.len());
     for u in urls {
+        let u = u.trim();
         let (scheme, rest) = u.split_once("://").ok_or(ServerError::MemberBadUrls)?;
-        if !matches!(scheme, "http" | "https" | "unix" | "unixs") {
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        if !go_url_host_ok(host) {
             return Err(ServerError::MemberBadUrls);
         }
-        let host = rest.strip_suffix('/').unwrap_or(rest);
-        let Some((h, port)) = host.rsplit_once(':') else {
-            return Err(ServerError::MemberBadUrls);
-        };
-        if h.is_empty() || host.contains('/') || port.parse::<u16>().is_err() {
+        let path = tail.split(['?', '#']).next().unwrap_or("");
+        let scheme_ok = matches!(
+            scheme.to_ascii_lowercase().as_str(),
+            "http" | "https" | "unix" | "unixs"
+        );
+        if !scheme_ok || !split_host_port(host) || !path.is_empty() {
             return Err(ServerError::MemberBadUrls);
         }
-        out.push(u.clone());
+        out.push(u.to_string());
     }
     out.sort();
     Ok(out)
+}
+
+/// Go's `url.Parse` on a host: an IPv6 literal in brackets, followed by
+/// nothing or `:digits`; otherwise what follows the last `:` is digits.
+fn go_url_host_ok(host: &str) -> bool {
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if let Some(inner) = host.strip_prefix('[') {
+        return match inner.split_once(']') {
+            Some((_, "")) => true,
+            Some((_, after)) => after.strip_prefix(':').is_some_and(digits),
+            None => false,
+        };
+    }
+    host.rsplit_once(':').is_none_or(|(_, p)| digits(p))
+}
+
+/// Go's `net.SplitHostPort` succeeds: `host:port` with one colon, or
+/// `[host]:port`.
+fn split_host_port(hp: &str) -> bool {
+    if hp.starts_with('[') {
+        return hp
+            .split_once("]:")
+            .is_some_and(|(h, p)| !h[1..].contains(']') && !p.contains(':'));
+    }
+    hp.matches(':').count() == 1
 }
 
 impl EtcdServer {
@@ -524,4 +557,50 @@ fn conf_change(ty: ConfChangeType, id: u64, ctx: Option<ConfChangeContext>) -> C
         cc.context = c.encode_to_vec().into();
     }
     cc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_peer_urls;
+
+    fn ok(u: &str) -> bool {
+        validate_peer_urls(&[u.to_string()]).is_ok()
+    }
+
+    /// Each as etcd 3.4.23's MemberAdd answered it (types.NewURLs).
+    #[test]
+    fn peer_urls_are_checked_as_etcd_checks_them() {
+        for u in [
+            "http://127.0.0.1:2380",
+            " https://h:1 ",
+            "http://h:1?q",
+            "http://:1",
+            "http://h:",
+            "https://[::1]:99999",
+            "HTTP://h:1",
+            "http://h:1#f",
+            "unix://h:1",
+        ] {
+            assert!(ok(u), "{u} must be accepted");
+        }
+        for u in [
+            "",
+            "not a url",
+            "127.0.0.1:2380",
+            "http://",
+            "http://h",
+            "http://h:1/",
+            "http://h:1/path?q",
+            "http://h:1:2",
+            "http://h:abc",
+            "http://[::1",
+            "ftp://127.0.0.1:3",
+            "unix://h:abc",
+            "unix:///tmp/x",
+            "unixs://anything/at/all",
+        ] {
+            assert!(!ok(u), "{u} must be refused");
+        }
+        assert!(validate_peer_urls(&[]).is_err());
+    }
 }
