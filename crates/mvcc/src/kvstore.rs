@@ -172,11 +172,23 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
 
     let mut index = TreeIndex::new();
     let mut rev = 1;
+    let mut last = Revision::new(0, -1);
     let table = txn.open_table(KEY)?;
     for entry in table.iter()? {
         let (k, v) = entry?;
         let (r, tombstone) = Revision::parse(k.value())
             .ok_or_else(|| MvccError::Backend(format!("invalid revision key {:?}", k.value())))?;
+        // Rows come in key order, which is revision order for every
+        // revision the store writes (main ≥ 1, sub ≥ 0); anything else is
+        // a damaged file or snapshot, refused rather than indexed (the
+        // index would take it for a bug and panic).
+        if r.main < 1 || r.sub < 0 || r <= last {
+            return Err(MvccError::Backend(format!(
+                "invalid revision key {:?}: revision {r} after {last}",
+                k.value()
+            )));
+        }
+        last = r;
         // the row without its value: no copy of the value per row
         let kv: KeyValueHead = range::decode_row(v.value(), r)?;
         rev = r.main;

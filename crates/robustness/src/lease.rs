@@ -1,6 +1,7 @@
 //! The lease check: one client grants a lease (TTL a few seconds), puts a
 //! key on it (outside the traffic prefix) and keeps the lease alive with
-//! keepalives through the scenario's faults; a read of the key now and then
+//! keepalives through the scenario's faults (one keepalive client per
+//! member); a read of the key now and then
 //! and a watch on the key record what the cluster shows. After the cluster
 //! has been healed the keepalives stop and the key is polled until it is
 //! gone. [`check`] then requires:
@@ -434,13 +435,36 @@ pub async fn start(
     }));
     let stop_keepalives = Arc::new(AtomicBool::new(false));
     let stop_watch = Arc::new(AtomicBool::new(false));
-    let keepalive_task = tokio::spawn(keepalive_loop(
-        endpoints.clone(),
-        cfg.clone(),
-        clock,
-        rec.clone(),
-        stop_keepalives.clone(),
-    ));
+    // One keepalive client per member: a fault that cuts one member from
+    // the leader (a bridge partition) must not starve the lease for a TTL
+    // while that member's keepalives fail, or the key would expire in the
+    // middle of the run, a revision outside the traffic prefix that the
+    // watch and linearizability checks of the prefix cannot account for.
+    let keepalive_task = tokio::spawn({
+        let (eps, cfg, rec, stop) = (
+            endpoints.clone(),
+            cfg.clone(),
+            rec.clone(),
+            stop_keepalives.clone(),
+        );
+        async move {
+            let loops: Vec<_> = eps
+                .iter()
+                .map(|ep| {
+                    tokio::spawn(keepalive_loop(
+                        vec![ep.clone()],
+                        cfg.clone(),
+                        clock,
+                        rec.clone(),
+                        stop.clone(),
+                    ))
+                })
+                .collect();
+            for l in loops {
+                let _ = l.await;
+            }
+        }
+    });
     let watch_task = tokio::spawn(watch_loop(
         endpoints.clone(),
         cfg.key.clone(),
