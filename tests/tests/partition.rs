@@ -76,9 +76,9 @@ async fn leader_and_id(run: &mut Run) -> Option<(usize, u64)> {
     Some((l, id))
 }
 
-/// Whether a member other than `l` names a leader other than `old_id`.
-async fn others_elected_another(run: &Run, l: usize, old_id: u64) -> bool {
-    for o in (0..3).filter(|&i| i != l) {
+/// Whether a member outside `side` names a leader other than `old_id`.
+async fn others_elected_another(run: &Run, side: &[usize], old_id: u64) -> bool {
+    for o in (0..run.rc.len()).filter(|i| !side.contains(i)) {
         if let Some((_, lead, _)) = status(run, o).await {
             if lead != 0 && lead != old_id {
                 return true;
@@ -113,7 +113,7 @@ async fn partition_leader_isolated() {
             net(&mut run).partition(&[l]).expect("partition");
             cuts += 1;
             run.sleep_ms(2000, 2500).await;
-            if others_elected_another(&run, l, old_id).await {
+            if others_elected_another(&run, &[l], old_id).await {
                 new_leaders += 1;
             }
             if let Some((_, lead, _)) = status(&run, l).await {
@@ -206,7 +206,7 @@ async fn partition_one_way_from_leader() {
             }
             cuts += 1;
             run.sleep_ms(2000, 2500).await;
-            if others_elected_another(&run, l, old_id).await {
+            if others_elected_another(&run, &[l], old_id).await {
                 moved += 1;
             }
             heal(&mut run, &mut dropped);
@@ -415,6 +415,175 @@ async fn partition_during_snapshot_send() {
                 "m{f} caught up without a snapshot: the scenario did not test what it should; its log's snapshot lines: {lines:?}"
             ));
         }
+        rep
+    })
+    .await;
+}
+
+/// The member list member `i` serves (its own, not linearized): the IDs.
+async fn members_of(run: &Run, i: usize) -> Option<Vec<u64>> {
+    let eps = run.rc.cluster.endpoints();
+    let mut cl = traffic::connect(&eps[i..=i], Duration::from_secs(2))
+        .await
+        .ok()?;
+    let r = traffic::bounded(Duration::from_secs(2), cl.member_list())
+        .await
+        .ok()?;
+    Some(r.members().iter().map(|m| m.id()).collect())
+}
+
+/// Waits (bounded) until every member lists `id` (`present`) or none does.
+async fn all_agree(run: &Run, id: u64, present: bool) -> bool {
+    let n = run.rc.len();
+    retcd_tests::retry_until(
+        Duration::from_secs(15),
+        Duration::from_millis(200),
+        async || {
+            for i in 0..n {
+                match members_of(run, i).await {
+                    Some(ms) if ms.contains(&id) == present => {}
+                    _ => return Err(()),
+                }
+            }
+            Ok(())
+        },
+    )
+    .await
+    .is_ok()
+}
+
+/// A membership change committed while a member is cut off, healed in the
+/// middle of it. A learner is added (at an address on the lab's subnet no
+/// host has: it never starts) while the cluster is healthy — etcd and
+/// retcd refuse a MemberAdd while a peer has not been connected for 5 s,
+/// "unhealthy cluster" — then a follower is cut off both ways, the learner
+/// is removed through the majority (removing a learner needs no healthy
+/// cluster), and the cut heals 0.1–0.6 s later: the follower, which still
+/// listed the learner, must learn the removal from the log. Every member
+/// must end with the same member list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partition_during_membership_change() {
+    repeat("netns_membership", 209, |seed| async move {
+        let mut run = Run::start_seeded("netns_membership", opts(3), seed).await;
+        let (mut dropped, mut caught_up, mut changes) = (0, 0, 0);
+        let base = run.rc.cluster.members[0].host.clone();
+        let spare = format!("{}.200", base.rsplit_once('.').map_or("10.0.0", |(p, _)| p));
+        let rounds = 2;
+        for round in 0..rounds {
+            let eps = run.rc.cluster.endpoints();
+            let url = format!("http://{spare}:{}", 2380 + round);
+            let added = async {
+                let mut cl = traffic::connect(&eps, Duration::from_secs(3)).await?;
+                retcd_tests::member_add_when_healthy(&mut cl, &url, true, Duration::from_secs(20))
+                    .await
+            }
+            .await;
+            let id = match added {
+                Ok(r) => r.member().map(|m| m.id()).unwrap_or(0),
+                Err(e) => {
+                    run.notes
+                        .push(format!("adding the learner {url} failed: {e}"));
+                    continue;
+                }
+            };
+            if !all_agree(&run, id, true).await {
+                run.notes
+                    .push(format!("not every member lists the new learner {id:x}"));
+                continue;
+            }
+            changes += 1;
+            let Ok(l) = run.rc.leader().await else {
+                continue;
+            };
+            let f = (l + 1 + run.pick(2)) % 3;
+            eprintln!("robustness: fault: m{f} cut off while the learner {id:x} is removed");
+            net(&mut run).partition(&[f]).expect("partition");
+            run.sleep_ms(50, 200).await;
+            let removed = async {
+                let mut cl = traffic::connect(&eps[l..=l], Duration::from_secs(3)).await?;
+                traffic::bounded(Duration::from_secs(5), cl.member_remove(id)).await
+            }
+            .await;
+            let lagging = members_of(&run, f).await.is_some_and(|ms| ms.contains(&id));
+            eprintln!(
+                "robustness: learner removed: {}; m{f} still lists it before the heal: {lagging}",
+                removed.is_ok()
+            );
+            run.sleep_ms(100, 600).await;
+            heal(&mut run, &mut dropped);
+            match removed {
+                Ok(_) => changes += 1,
+                Err(e) => {
+                    run.notes.push(format!(
+                        "removing the learner {id:x} through m{l} failed: {e}"
+                    ));
+                    continue;
+                }
+            }
+            if all_agree(&run, id, false).await {
+                if lagging {
+                    caught_up += 1;
+                }
+            } else {
+                run.notes
+                    .push(format!("a member still lists the removed learner {id:x}"));
+            }
+        }
+        let mut rep = with_drop_check(run.finish().await, dropped);
+        require(&mut rep, rounds, changes, "no membership change was made");
+        require(
+            &mut rep,
+            changes,
+            caught_up,
+            "the cut follower never lagged behind a change it then learnt",
+        );
+        rep
+    })
+    .await;
+}
+
+/// Five members, split 2 | 3 with the leader on the small side: the
+/// three elect a new leader and keep committing, the old leader steps
+/// down (CheckQuorum), then the partition heals; repeatedly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partition_five_members_leader_in_minority() {
+    repeat("netns_five_minority", 210, |seed| async move {
+        let mut run =
+            Run::start_seeded("netns_five_minority", opts(5).with_lease_check(), seed).await;
+        let (mut dropped, mut new_leaders, mut stepped_down, mut cuts) = (0, 0, 0, 0);
+        while run.running(phase()) {
+            run.sleep_ms(500, 1000).await;
+            let Some((l, old_id)) = leader_and_id(&mut run).await else {
+                continue;
+            };
+            let buddy = (l + 1 + run.pick(4)) % 5;
+            eprintln!("robustness: fault: m{l} (leader) and m{buddy} cut from the other three");
+            net(&mut run).partition(&[l, buddy]).expect("partition");
+            cuts += 1;
+            run.sleep_ms(2000, 2500).await;
+            if others_elected_another(&run, &[l, buddy], old_id).await {
+                new_leaders += 1;
+            }
+            if let Some((_, lead, _)) = status(&run, l).await {
+                if lead != old_id {
+                    stepped_down += 1;
+                }
+            }
+            heal(&mut run, &mut dropped);
+        }
+        let mut rep = with_drop_check(run.finish().await, dropped);
+        require(
+            &mut rep,
+            cuts,
+            new_leaders,
+            "the majority never elected a new leader",
+        );
+        require(
+            &mut rep,
+            cuts,
+            stepped_down,
+            "the leader in the minority never stepped down",
+        );
         rep
     })
     .await;
