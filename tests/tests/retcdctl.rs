@@ -17,6 +17,29 @@ use retcd_tests::{
 };
 use retcd_tests::{limit::NORMAL as LIMIT, FAST};
 
+/// The two tests of one comparison: `compare(flavor)` within the limit on
+/// real etcd and on the target.
+macro_rules! on_etcd_and_target {
+    ($on_etcd:ident, $on_target:ident, $compare:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $on_etcd() {
+            bounded(LIMIT, $compare(Flavor::Etcd)).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $on_target() {
+            bounded(LIMIT, $compare(test_flavor())).await;
+        }
+    };
+}
+
+/// A one-member cluster and the `--endpoints` flag that names it.
+async fn one_member(flavor: Flavor) -> (Cluster, String) {
+    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
+    let ep = format!("--endpoints={}", c.endpoints()[0]);
+    (c, ep)
+}
+
 fn show(o: &Output) -> String {
     format!(
         "  exit code: {}\n  stdout: {:?}\n  stderr: {:?}",
@@ -70,8 +93,7 @@ fn v(a: &[&str]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_etcdctls_message_and_exit_code() {
     bounded(LIMIT, async {
-        let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
-        let ep = format!("--endpoints={}", c.endpoints()[0]);
+        let (_c, ep) = one_member(test_flavor()).await;
         let ep = ep.as_str();
         let dir = tempfile::tempdir().expect("tempdir");
         let bad_pem = dir.path().join("bad.pem");
@@ -168,8 +190,7 @@ async fn bad_input_gets_etcdctls_message_and_exit_code() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_failures_and_environment_match_etcdctl() {
     bounded(LIMIT, async {
-        let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
-        let ep = format!("--endpoints={}", c.endpoints()[0]);
+        let (_c, ep) = one_member(test_flavor()).await;
         let ep = ep.as_str();
         let setup = tokio::task::block_in_place(|| {
             [
@@ -546,17 +567,16 @@ fn admin_script() -> Vec<Step> {
     ]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_commands_match_etcdctl_on_etcd() {
-    let n = bounded(LIMIT, compare_script(Flavor::Etcd, &admin_script())).await;
+async fn compare_admin(flavor: Flavor) {
+    let n = compare_script(flavor, &admin_script()).await;
     assert!(n > 50);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_commands_match_etcdctl_on_target() {
-    let n = bounded(LIMIT, compare_script(test_flavor(), &admin_script())).await;
-    assert!(n > 50);
-}
+on_etcd_and_target!(
+    admin_commands_match_etcdctl_on_etcd,
+    admin_commands_match_etcdctl_on_target,
+    compare_admin
+);
 
 /// `watch` (simple and json, `--prefix --prev-kv`, and a command run per
 /// event with `ETCD_WATCH_*`): both tools watch the same server while
@@ -564,8 +584,7 @@ async fn admin_commands_match_etcdctl_on_target() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_matches_etcdctl() {
     bounded(LIMIT, async {
-        let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
-        let ep = format!("--endpoints={}", c.endpoints()[0]);
+        let (_c, ep) = one_member(test_flavor()).await;
         let forms: Vec<Vec<&str>> = vec![
             vec!["watch", "w", "--prefix", "--prev-kv"],
             vec!["watch", "w1", "-w", "json"],
@@ -901,15 +920,11 @@ async fn compare_lock(flavor: Flavor) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lock_matches_etcdctl_on_etcd() {
-    bounded(LIMIT, compare_lock(Flavor::Etcd)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lock_matches_etcdctl_on_target() {
-    bounded(LIMIT, compare_lock(test_flavor())).await;
-}
+on_etcd_and_target!(
+    lock_matches_etcdctl_on_etcd,
+    lock_matches_etcdctl_on_target,
+    compare_lock
+);
 
 /// The election script with one tool: an observer (simple and JSON), two
 /// campaigners, the first resigning on SIGTERM.
@@ -1020,15 +1035,11 @@ async fn compare_elect(flavor: Flavor) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn elect_matches_etcdctl_on_etcd() {
-    bounded(LIMIT, compare_elect(Flavor::Etcd)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn elect_matches_etcdctl_on_target() {
-    bounded(LIMIT, compare_elect(test_flavor())).await;
-}
+on_etcd_and_target!(
+    elect_matches_etcdctl_on_etcd,
+    elect_matches_etcdctl_on_target,
+    compare_elect
+);
 
 /// make-mirror from one server to a second: both tools mirror the same
 /// prefix at once (to `e/` and `r/`), then the source changes; after the
@@ -1121,15 +1132,11 @@ async fn compare_mirror(flavor: Flavor) {
     tokio::task::block_in_place(|| assert_cases(&bad));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn make_mirror_matches_etcdctl_on_etcd() {
-    bounded(LIMIT, compare_mirror(Flavor::Etcd)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn make_mirror_matches_etcdctl_on_target() {
-    bounded(LIMIT, compare_mirror(test_flavor())).await;
-}
+on_etcd_and_target!(
+    make_mirror_matches_etcdctl_on_etcd,
+    make_mirror_matches_etcdctl_on_target,
+    compare_mirror
+);
 
 /// A `check` output's shape: progress-bar redraws (`\r…`) dropped (but
 /// the first one kept: it has no timings), digits masked.
@@ -1175,8 +1182,7 @@ fn check_shape(out: &str) -> (String, Vec<String>) {
 /// `check datascale --load s`: the same lines (digits masked) and exit
 /// code from both tools, on etcd and the target.
 async fn compare_datascale(flavor: Flavor) {
-    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
-    let ep = format!("--endpoints={}", c.endpoints()[0]);
+    let (_c, ep) = one_member(flavor).await;
     let args = [
         ep.as_str(),
         "check",
@@ -1239,15 +1245,11 @@ async fn compare_datascale(flavor: Flavor) {
     tokio::task::block_in_place(|| assert_cases(&cases));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_datascale_matches_etcdctl_on_etcd() {
-    bounded(LIMIT, compare_datascale(Flavor::Etcd)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_datascale_matches_etcdctl_on_target() {
-    bounded(LIMIT, compare_datascale(test_flavor())).await;
-}
+on_etcd_and_target!(
+    check_datascale_matches_etcdctl_on_etcd,
+    check_datascale_matches_etcdctl_on_target,
+    compare_datascale
+);
 
 /// `check perf --load s` runs 60 s by design, so it runs once per tool,
 /// both at once (on their own prefixes), against the target only (the
@@ -1259,8 +1261,7 @@ async fn check_datascale_matches_etcdctl_on_target() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_perf_has_etcdctls_shape_on_target() {
     bounded(LIMIT, async {
-        let c = Cluster::start(test_flavor(), 1, FAST).await.expect("start");
-        let ep = format!("--endpoints={}", c.endpoints()[0]);
+        let (_c, ep) = one_member(test_flavor()).await;
         let run = |bin: std::path::PathBuf, pfx: &'static str| {
             let ep = ep.clone();
             std::thread::spawn(move || {

@@ -300,12 +300,21 @@ fn zap_epoch() -> String {
 
 /// A zap warn line (the flags logger: epoch timestamps) with string fields.
 pub fn log_warn(caller: &str, msg: &str, fields: &[(&str, &str)]) {
-    let mut s = format!(
-        "{{\"level\":\"warn\",\"ts\":{},\"caller\":{},\"msg\":{}",
-        zap_epoch(),
+    log_epoch("warn", None, caller, msg, fields);
+}
+
+/// A zap line with an epoch timestamp (the production and flags loggers)
+/// and string fields.
+fn log_epoch(level: &str, logger: Option<&str>, caller: &str, msg: &str, fields: &[(&str, &str)]) {
+    let mut s = format!("{{\"level\":\"{level}\",\"ts\":{}", zap_epoch());
+    if let Some(l) = logger {
+        s.push_str(&format!(",\"logger\":{}", zap_str(l)));
+    }
+    s.push_str(&format!(
+        ",\"caller\":{},\"msg\":{}",
         zap_str(caller),
         zap_str(msg)
-    );
+    ));
     for (k, v) in fields {
         s.push_str(&format!(",{}:{}", zap_str(k), zap_str(v)));
     }
@@ -687,14 +696,8 @@ pub async fn connect(c: &ConnConf, deadline: Option<Instant>) -> Result<Conn, Ex
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let (channel, endpoint) = channel_ep;
-    let opts = || ConnectOptions::new();
     let (client, token) = match &c.user {
-        None => (
-            Client::from_channel(etcd_client::Channel::Tonic(channel.clone()), Some(opts()))
-                .await
-                .map_err(|e| Exit::new(EXIT_BAD_CONNECTION, RpcError::from(e).message()))?,
-            None,
-        ),
+        None => (client_on(&channel, ConnectOptions::new()).await?, None),
         Some((u, p)) => {
             // clientv3 authenticates once at New; "auth not enabled" is fine.
             let mut auth = retcd_api::etcdserverpb::auth_client::AuthClient::new(channel.clone());
@@ -702,39 +705,22 @@ pub async fn connect(c: &ConnConf, deadline: Option<Instant>) -> Result<Conn, Ex
                 name: u.clone(),
                 password: p.clone(),
             };
-            let fut = auth.authenticate(req);
-            let r = match deadline {
-                Some(d) => match tokio::time::timeout_at(d.into(), fut).await {
-                    Ok(r) => r.map_err(RpcError::from),
-                    Err(_) => Err(RpcError::deadline()),
-                },
-                None => fut.await.map_err(RpcError::from),
-            };
+            let r = until(deadline, async {
+                auth.authenticate(req).await.map_err(RpcError::from)
+            })
+            .await;
             match r {
                 Ok(resp) => {
                     let token = resp.into_inner().token;
-                    let client = Client::from_channel(
-                        etcd_client::Channel::Tonic(channel.clone()),
-                        Some(opts().with_user(u.clone(), p.clone())),
-                    )
-                    .await
-                    .map_err(|e| Exit::new(EXIT_BAD_CONNECTION, RpcError::from(e).message()))?;
-                    (client, Some(token))
+                    let opts = ConnectOptions::new().with_user(u.clone(), p.clone());
+                    (client_on(&channel, opts).await?, Some(token))
                 }
                 Err(e) => {
                     log_unary_failure(&target, &e);
                     if e.desc != "etcdserver: authentication is not enabled" {
                         return Err(Exit::new(EXIT_BAD_CONNECTION, e.message()));
                     }
-                    (
-                        Client::from_channel(
-                            etcd_client::Channel::Tonic(channel.clone()),
-                            Some(opts()),
-                        )
-                        .await
-                        .map_err(|e| Exit::new(EXIT_BAD_CONNECTION, RpcError::from(e).message()))?,
-                        None,
-                    )
+                    (client_on(&channel, ConnectOptions::new()).await?, None)
                 }
             }
         }
@@ -748,6 +734,13 @@ pub async fn connect(c: &ConnConf, deadline: Option<Instant>) -> Result<Conn, Ex
     })
 }
 
+/// etcd-client's client on the connected channel.
+async fn client_on(channel: &Channel, opts: ConnectOptions) -> Result<Client, Exit> {
+    Client::from_channel(etcd_client::Channel::Tonic(channel.clone()), Some(opts))
+        .await
+        .map_err(|e| Exit::new(EXIT_BAD_CONNECTION, RpcError::from(e).message()))
+}
+
 impl Conn {
     /// Runs one unary call the way clientv3's retry interceptor reports it:
     /// a failure is logged (warn line) and returned.
@@ -755,17 +748,7 @@ impl Conn {
     where
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let r = match deadline {
-            Some(d) => match tokio::time::timeout_at(d.into(), fut).await {
-                Ok(r) => r.map_err(RpcError::from),
-                Err(_) => Err(RpcError::deadline()),
-            },
-            None => fut.await.map_err(RpcError::from),
-        };
-        if let Err(e) = &r {
-            log_unary_failure(&self.target, e);
-        }
-        r
+        self.logged(until(deadline, async { fut.await.map_err(RpcError::from) }).await)
     }
 
     /// Like [`Conn::unary`] for a raw tonic call.
@@ -777,13 +760,12 @@ impl Conn {
     where
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let r = match deadline {
-            Some(d) => match tokio::time::timeout_at(d.into(), fut).await {
-                Ok(r) => r.map(|r| r.into_inner()).map_err(RpcError::from),
-                Err(_) => Err(RpcError::deadline()),
-            },
-            None => fut.await.map(|r| r.into_inner()).map_err(RpcError::from),
-        };
+        let call = async { fut.await.map(|r| r.into_inner()).map_err(RpcError::from) };
+        self.logged(until(deadline, call).await)
+    }
+
+    /// The retry interceptor's warn line for a failed call.
+    fn logged<T>(&self, r: Result<T, RpcError>) -> Result<T, RpcError> {
         if let Err(e) = &r {
             log_unary_failure(&self.target, e);
         }
@@ -802,35 +784,25 @@ impl Conn {
     }
 }
 
+/// `fut`, or the deadline error once `deadline` passes (`None`: no limit).
+async fn until<T>(
+    deadline: Option<Instant>,
+    fut: impl Future<Output = Result<T, RpcError>>,
+) -> Result<T, RpcError> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d.into(), fut)
+            .await
+            .unwrap_or_else(|_| Err(RpcError::deadline())),
+        None => fut.await,
+    }
+}
+
 /// A zap fatal line (the caller exits 1).
 pub fn log_fatal(caller: &str, msg: &str, fields: &[(&str, &str)]) {
-    let mut s = format!(
-        "{{\"level\":\"fatal\",\"ts\":{},\"caller\":{},\"msg\":{}",
-        zap_epoch(),
-        zap_str(caller),
-        zap_str(msg)
-    );
-    for (k, v) in fields {
-        s.push_str(&format!(",{}:{}", zap_str(k), zap_str(v)));
-    }
-    s.push('}');
-    eprintln!("{s}");
+    log_epoch("fatal", None, caller, msg, fields);
 }
 
 /// A zap info line (production logger: epoch timestamps).
 pub fn log_info(logger: Option<&str>, caller: &str, msg: &str, fields: &[(&str, &str)]) {
-    let mut s = format!("{{\"level\":\"info\",\"ts\":{}", zap_epoch());
-    if let Some(l) = logger {
-        s.push_str(&format!(",\"logger\":{}", zap_str(l)));
-    }
-    s.push_str(&format!(
-        ",\"caller\":{},\"msg\":{}",
-        zap_str(caller),
-        zap_str(msg)
-    ));
-    for (k, v) in fields {
-        s.push_str(&format!(",{}:{}", zap_str(k), zap_str(v)));
-    }
-    s.push('}');
-    eprintln!("{s}");
+    log_epoch("info", logger, caller, msg, fields);
 }

@@ -103,6 +103,21 @@ fn hdr_fields(h: Option<&PbResponseHeader>) -> String {
     )
 }
 
+/// `simple` rows: comma-separated, one a line.
+fn rows_simple(rows: &[Vec<String>]) -> String {
+    let mut s = String::new();
+    for row in rows {
+        s.push_str(&row.join(", "));
+        s.push('\n');
+    }
+    s
+}
+
+/// A lease grant's or keep-alive's `fields`.
+fn id_ttl_fields(h: Option<&PbResponseHeader>, id: i64, ttl: i64) -> String {
+    format!("{}\"ID\" : {}\n\"TTL\" : {}\n", hdr_fields(h), id, ttl)
+}
+
 fn kv_fields(pfx: &str, kv: &PbKeyValue) -> String {
     format!(
         "\"{pfx}Key\" : {}\n\"{pfx}CreateRevision\" : {}\n\"{pfx}ModRevision\" : {}\n\"{pfx}Version\" : {}\n\"{pfx}Value\" : {}\n\"{pfx}Lease\" : {}\n",
@@ -150,36 +165,15 @@ impl Printer {
     }
 
     pub fn get(&self, r: &PbRangeResponse) -> Out {
-        match self.fmt {
-            Format::Simple => out(&self.get_simple(r)),
-            Format::Json => outln(&get_json(r)),
-            Format::Fields => out(&get_fields(r)),
-            Format::Protobuf => pb(r),
-            Format::Table => return Err(unsupported(self.fmt)),
-        }
-        Ok(())
+        self.with_json(r, get_json(r), &self.get_simple(r), Some(get_fields(r)))
     }
 
     pub fn put(&self, r: &PbPutResponse) -> Out {
-        match self.fmt {
-            Format::Simple => out(&self.put_simple(r)),
-            Format::Json => outln(&put_json(r)),
-            Format::Fields => out(&put_fields(r)),
-            Format::Protobuf => pb(r),
-            Format::Table => return Err(unsupported(self.fmt)),
-        }
-        Ok(())
+        self.with_json(r, put_json(r), &self.put_simple(r), Some(put_fields(r)))
     }
 
     pub fn del(&self, r: &PbDeleteResponse) -> Out {
-        match self.fmt {
-            Format::Simple => out(&self.del_simple(r)),
-            Format::Json => outln(&del_json(r)),
-            Format::Fields => out(&del_fields(r)),
-            Format::Protobuf => pb(r),
-            Format::Table => return Err(unsupported(self.fmt)),
-        }
-        Ok(())
+        self.with_json(r, del_json(r), &self.del_simple(r), Some(del_fields(r)))
     }
 
     pub fn txn(&self, r: &PbTxnResponse) -> Out {
@@ -293,12 +287,7 @@ impl Printer {
                     .str_always("Error", &r.error)
                     .done(),
             ),
-            Format::Fields => out(&format!(
-                "{}\"ID\" : {}\n\"TTL\" : {}\n",
-                hdr_fields(r.header.as_ref()),
-                r.id,
-                r.ttl
-            )),
+            Format::Fields => out(&id_ttl_fields(r.header.as_ref(), r.id, r.ttl)),
             Format::Protobuf => return Err(marshal_unsupported("clientv3.LeaseGrantResponse")),
             Format::Table => return Err(unsupported(self.fmt)),
         }
@@ -329,12 +318,7 @@ impl Printer {
                     .num_always("TTL", r.ttl)
                     .done(),
             ),
-            Format::Fields => out(&format!(
-                "{}\"ID\" : {}\n\"TTL\" : {}\n",
-                hdr_fields(r.header.as_ref()),
-                r.id,
-                r.ttl
-            )),
+            Format::Fields => out(&id_ttl_fields(r.header.as_ref(), r.id, r.ttl)),
             Format::Protobuf => return Err(marshal_unsupported("clientv3.LeaseKeepAliveResponse")),
             Format::Table => return Err(unsupported(self.fmt)),
         }
@@ -504,14 +488,7 @@ impl Printer {
     pub fn member_list(&self, r: &PbMemberListResponse) -> Out {
         let rows = member_rows(r);
         match self.fmt {
-            Format::Simple => {
-                let mut s = String::new();
-                for row in rows {
-                    s.push_str(&row.join(", "));
-                    s.push('\n');
-                }
-                out(&s)
-            }
+            Format::Simple => out(&rows_simple(&rows)),
             Format::Json if self.hex => outln(&member_list_hex_json(r)),
             Format::Json => outln(
                 &Obj::new()
@@ -633,14 +610,7 @@ impl Printer {
             })
             .collect();
         match self.fmt {
-            Format::Simple => {
-                let mut s = String::new();
-                for row in rows {
-                    s.push_str(&row.join(", "));
-                    s.push('\n');
-                }
-                out(&s)
-            }
+            Format::Simple => out(&rows_simple(&rows)),
             Format::Json => {
                 let v: Vec<String> = st
                     .iter()
@@ -698,14 +668,7 @@ impl Printer {
             .map(|(ep, r)| vec![ep.clone(), r.hash.to_string()])
             .collect();
         match self.fmt {
-            Format::Simple => {
-                let mut s = String::new();
-                for row in rows {
-                    s.push_str(&row.join(", "));
-                    s.push('\n');
-                }
-                out(&s)
-            }
+            Format::Simple => out(&rows_simple(&rows)),
             Format::Json => {
                 let v: Vec<String> = hs
                     .iter()

@@ -13,6 +13,33 @@ fn err(e: crate::client::RpcError) -> Exit {
     Exit::new(EXIT_ERROR, e.message())
 }
 
+/// Runs one auth RPC (`a` is the auth client in `call`) on a connection
+/// without a deadline: `(conn, printer, response)`.
+macro_rules! auth_rpc {
+    ($ctx:expr, |$a:ident| $call:expr) => {{
+        let (c, pr) = $ctx.client_no_deadline().await?;
+        let mut $a = c.client.auth_client();
+        let r = c.unary(None, $call).await.map_err(err)?.0;
+        (c, pr, r)
+    }};
+}
+
+/// [`auth_rpc`] for an answer that prints only its header (and `simple`).
+macro_rules! header_only_call {
+    ($ctx:expr, |$a:ident| $call:expr, $simple:expr) => {{
+        let (_c, pr, r) = auth_rpc!($ctx, |$a| $call);
+        pr.header_only(&r, &r.header, $simple, true)
+    }};
+}
+
+fn need_args(args: &[String], n: usize, m: &str) -> Result<(), Exit> {
+    if args.len() != n {
+        Err(bad(m))
+    } else {
+        Ok(())
+    }
+}
+
 fn bad(m: &str) -> Exit {
     Exit::new(EXIT_BAD_ARGS, m)
 }
@@ -214,13 +241,7 @@ async fn role_get(c: &Conn, pr: &Printer, role: &str) -> Result<(), Exit> {
 pub async fn user(ctx: &mut Ctx) -> Result<(), Exit> {
     let sub = ctx.p.path[1];
     let args = ctx.p.args.clone();
-    let need = |n: usize, m: &str| -> Result<(), Exit> {
-        if args.len() != n {
-            Err(bad(m))
-        } else {
-            Ok(())
-        }
-    };
+    let need = |n: usize, m: &str| need_args(&args, n, m);
     match sub {
         "add" => {
             need(1, "user add command requires user name as its argument")?;
@@ -247,38 +268,23 @@ pub async fn user(ctx: &mut Ctx) -> Result<(), Exit> {
                     scan_word()
                 };
             }
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c
-                .unary(None, a.user_add(user.clone(), password, opts))
-                .await
-                .map_err(err)?;
-            pr.header_only(&r.0, &r.0.header, &format!("User {user} created\n"), true)
+            header_only_call!(
+                ctx,
+                |a| a.user_add(user.clone(), password, opts),
+                &format!("User {user} created\n")
+            )
         }
         "delete" => {
             need(1, "user delete command requires user name as its argument")?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c
-                .unary(None, a.user_delete(args[0].clone()))
-                .await
-                .map_err(err)?;
-            pr.header_only(
-                &r.0,
-                &r.0.header,
-                &format!("User {} deleted\n", args[0]),
-                true,
+            header_only_call!(
+                ctx,
+                |a| a.user_delete(args[0].clone()),
+                &format!("User {} deleted\n", args[0])
             )
         }
         "get" => {
             need(1, "user get command requires user name as its argument")?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c
-                .unary(None, a.user_get(args[0].clone()))
-                .await
-                .map_err(err)?
-                .0;
+            let (c, pr, r) = auth_rpc!(ctx, |a| a.user_get(args[0].clone()));
             if ctx.p.bool("detail") {
                 outln(&format!("User: {}", args[0]));
                 for role in &r.roles {
@@ -297,9 +303,7 @@ pub async fn user(ctx: &mut Ctx) -> Result<(), Exit> {
         }
         "list" => {
             need(0, "user list command requires no arguments")?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c.unary(None, a.user_list()).await.map_err(err)?.0;
+            let (_c, pr, r) = auth_rpc!(ctx, |a| a.user_list());
             let simple: String = r.users.iter().map(|u| format!("{u}\n")).collect();
             let json = Obj::new().header(&r.header).strs("users", &r.users).done();
             pr.with_json(&r, json, &simple, None)
@@ -311,30 +315,21 @@ pub async fn user(ctx: &mut Ctx) -> Result<(), Exit> {
             } else {
                 scan_word()
             };
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c
-                .unary(None, a.user_change_password(args[0].clone(), password))
-                .await
-                .map_err(err)?;
-            pr.header_only(&r.0, &r.0.header, "Password updated\n", true)
+            header_only_call!(
+                ctx,
+                |a| a.user_change_password(args[0].clone(), password),
+                "Password updated\n"
+            )
         }
         "grant-role" => {
             need(
                 2,
                 "user grant command requires user name and role name as its argument",
             )?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c
-                .unary(None, a.user_grant_role(args[0].clone(), args[1].clone()))
-                .await
-                .map_err(err)?;
-            pr.header_only(
-                &r.0,
-                &r.0.header,
-                &format!("Role {} is granted to user {}\n", args[1], args[0]),
-                true,
+            header_only_call!(
+                ctx,
+                |a| a.user_grant_role(args[0].clone(), args[1].clone()),
+                &format!("Role {} is granted to user {}\n", args[1], args[0])
             )
         }
         "revoke-role" => {
@@ -342,17 +337,10 @@ pub async fn user(ctx: &mut Ctx) -> Result<(), Exit> {
                 2,
                 "user revoke-role requires user name and role name as its argument",
             )?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c
-                .unary(None, a.user_revoke_role(args[0].clone(), args[1].clone()))
-                .await
-                .map_err(err)?;
-            pr.header_only(
-                &r.0,
-                &r.0.header,
-                &format!("Role {} is revoked from user {}\n", args[1], args[0]),
-                true,
+            header_only_call!(
+                ctx,
+                |a| a.user_revoke_role(args[0].clone(), args[1].clone()),
+                &format!("Role {} is revoked from user {}\n", args[1], args[0])
             )
         }
         _ => Err(Exit::new(EXIT_ERROR, "unknown user command")),
@@ -397,42 +385,22 @@ fn perm_range(ctx: &Ctx, args: &[String]) -> Result<(Vec<u8>, Vec<u8>), Exit> {
 pub async fn role(ctx: &mut Ctx) -> Result<(), Exit> {
     let sub = ctx.p.path[1];
     let args = ctx.p.args.clone();
-    let need = |n: usize, m: &str| -> Result<(), Exit> {
-        if args.len() != n {
-            Err(bad(m))
-        } else {
-            Ok(())
-        }
-    };
+    let need = |n: usize, m: &str| need_args(&args, n, m);
     match sub {
         "add" => {
             need(1, "role add command requires role name as its argument")?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c
-                .unary(None, a.role_add(args[0].clone()))
-                .await
-                .map_err(err)?;
-            pr.header_only(
-                &r.0,
-                &r.0.header,
-                &format!("Role {} created\n", args[0]),
-                true,
+            header_only_call!(
+                ctx,
+                |a| a.role_add(args[0].clone()),
+                &format!("Role {} created\n", args[0])
             )
         }
         "delete" => {
             need(1, "role delete command requires role name as its argument")?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c
-                .unary(None, a.role_delete(args[0].clone()))
-                .await
-                .map_err(err)?;
-            pr.header_only(
-                &r.0,
-                &r.0.header,
-                &format!("Role {} deleted\n", args[0]),
-                true,
+            header_only_call!(
+                ctx,
+                |a| a.role_delete(args[0].clone()),
+                &format!("Role {} deleted\n", args[0])
             )
         }
         "get" => {
@@ -442,9 +410,7 @@ pub async fn role(ctx: &mut Ctx) -> Result<(), Exit> {
         }
         "list" => {
             need(0, "role list command requires no arguments")?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
-            let r = c.unary(None, a.role_list()).await.map_err(err)?.0;
+            let (_c, pr, r) = auth_rpc!(ctx, |a| a.role_list());
             let simple: String = r.roles.iter().map(|u| format!("{u}\n")).collect();
             let json = Obj::new().header(&r.header).strs("roles", &r.roles).done();
             let mut fields = crate::printer::hdr_fields_of(&r.header);
@@ -466,21 +432,14 @@ pub async fn role(ctx: &mut Ctx) -> Result<(), Exit> {
                 _ => return Err(bad(&format!("invalid permission type: {}", args[1]))),
             };
             let (key, end) = perm_range(ctx, &args[2..])?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
             let mut perm = Permission::new(t, key);
             if !end.is_empty() {
                 perm = perm.with_range_end(end);
             }
-            let r = c
-                .unary(None, a.role_grant_permission(args[0].clone(), perm))
-                .await
-                .map_err(err)?;
-            pr.header_only(
-                &r.0,
-                &r.0.header,
-                &format!("Role {} updated\n", args[0]),
-                true,
+            header_only_call!(
+                ctx,
+                |a| a.role_grant_permission(args[0].clone(), perm),
+                &format!("Role {} updated\n", args[0])
             )
         }
         "revoke-permission" => {
@@ -488,19 +447,15 @@ pub async fn role(ctx: &mut Ctx) -> Result<(), Exit> {
                 return Err(bad("role revoke-permission command requires role name and key [endkey] as its argument"));
             }
             let (key, end) = perm_range(ctx, &args[1..])?;
-            let (c, pr) = ctx.client_no_deadline().await?;
-            let mut a = c.client.auth_client();
             let mut o = RoleRevokePermissionOptions::new();
             if !end.is_empty() {
                 o = o.with_range_end(end.clone());
             }
-            let r = c
-                .unary(
-                    None,
-                    a.role_revoke_permission(args[0].clone(), key, Some(o)),
-                )
-                .await
-                .map_err(err)?;
+            let (_c, pr, r) = auth_rpc!(ctx, |a| a.role_revoke_permission(
+                args[0].clone(),
+                key,
+                Some(o)
+            ));
             let (role, k) = (&args[0], &args[1]);
             let simple = if end.is_empty() {
                 format!("Permission of key {k} is revoked from role {role}\n")
@@ -512,7 +467,7 @@ pub async fn role(ctx: &mut Ctx) -> Result<(), Exit> {
             } else {
                 format!("Permission of range [{k}, <open ended> is revoked from role {role}\n")
             };
-            pr.header_only(&r.0, &r.0.header, &simple, true)
+            pr.header_only(&r, &r.header, &simple, true)
         }
         _ => Err(Exit::new(EXIT_ERROR, "unknown role command")),
     }

@@ -7,7 +7,7 @@ use etcd_client::{GetOptions, MemberAddOptions};
 
 use crate::client::{self, Conn, Exit, EXIT_BAD_ARGS, EXIT_ERROR};
 use crate::gofmt;
-use crate::printer::{out, EpHealth, Format};
+use crate::printer::{out, EpHealth, Format, Printer};
 use crate::Ctx;
 
 fn member_id(arg: Option<&String>) -> Result<u64, Exit> {
@@ -22,6 +22,55 @@ fn member_id(arg: Option<&String>) -> Result<u64, Exit> {
 
 fn cluster_id(h: &Option<etcd_client::proto::PbResponseHeader>) -> u64 {
     h.as_ref().map(|h| h.cluster_id).unwrap_or(0)
+}
+
+/// Runs one cluster RPC (`cl` is the cluster client in `call`) with the
+/// command's deadline: `(conn, printer, response)`.
+macro_rules! cluster_rpc {
+    ($ctx:expr, |$cl:ident| $call:expr) => {{
+        let (c, pr) = $ctx.client().await?;
+        let mut $cl = c.client.cluster_client();
+        let r = c
+            .unary($ctx.deadline(), $call)
+            .await
+            .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?;
+        (c, pr, r.0)
+    }};
+}
+
+/// The one member ID argument of remove, update and promote.
+fn the_member_id(ctx: &Ctx) -> Result<u64, Exit> {
+    if ctx.p.args.len() != 1 {
+        return Err(Exit::new(EXIT_BAD_ARGS, "member ID is not provided"));
+    }
+    member_id(ctx.p.args.first())
+}
+
+/// `--peer-urls` as given and split at commas.
+fn peer_urls(ctx: &Ctx) -> Result<(String, Vec<String>), Exit> {
+    let peers = ctx.p.get("peer-urls").to_string();
+    if peers.is_empty() {
+        return Err(Exit::new(EXIT_BAD_ARGS, "member peer urls not provided"));
+    }
+    let urls = peers.split(',').map(|s| s.to_string()).collect();
+    Ok((peers, urls))
+}
+
+/// Member remove/update/promote: `Member <id> <what> cluster <cid>`.
+fn id_changed<M: prost::Message>(
+    pr: &Printer,
+    m: &M,
+    header: &Option<etcd_client::proto::PbResponseHeader>,
+    members: &[etcd_client::proto::PbMember],
+    id: u64,
+    what: &str,
+) -> Result<(), Exit> {
+    let simple = format!(
+        "Member {:>16x} {what} cluster {:>16x}",
+        id,
+        cluster_id(header)
+    );
+    pr.member_change(m, simple, header, None, members)
 }
 
 pub async fn member_add(ctx: &mut Ctx) -> Result<(), Exit> {
@@ -39,22 +88,12 @@ pub async fn member_add(ctx: &mut Ctx) -> Result<(), Exit> {
         return Err(Exit::new(EXIT_BAD_ARGS, ev));
     }
     let name = args[0].clone();
-    let peers = ctx.p.get("peer-urls").to_string();
-    if peers.is_empty() {
-        return Err(Exit::new(EXIT_BAD_ARGS, "member peer urls not provided"));
-    }
-    let urls: Vec<String> = peers.split(',').map(|s| s.to_string()).collect();
-    let (c, pr) = ctx.client().await?;
-    let mut cl = c.client.cluster_client();
+    let (peers, urls) = peer_urls(ctx)?;
     let mut o = MemberAddOptions::new();
     if ctx.p.bool("learner") {
         o = o.with_is_learner();
     }
-    let r = c
-        .unary(ctx.deadline(), cl.member_add(urls, Some(o)))
-        .await
-        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?;
-    let r = r.0;
+    let (_c, pr, r) = cluster_rpc!(ctx, |cl| cl.member_add(urls, Some(o)));
     let new_id = r.member.as_ref().map(|m| m.id).unwrap_or(0);
     pr.member_change(
         &r,
@@ -86,93 +125,27 @@ pub async fn member_add(ctx: &mut Ctx) -> Result<(), Exit> {
 }
 
 pub async fn member_remove(ctx: &mut Ctx) -> Result<(), Exit> {
-    if ctx.p.args.len() != 1 {
-        return Err(Exit::new(EXIT_BAD_ARGS, "member ID is not provided"));
-    }
-    let id = member_id(ctx.p.args.first())?;
-    let (c, pr) = ctx.client().await?;
-    let mut cl = c.client.cluster_client();
-    let r = c
-        .unary(ctx.deadline(), cl.member_remove(id))
-        .await
-        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?
-        .0;
-    pr.member_change(
-        &r,
-        format!(
-            "Member {:>16x} removed from cluster {:>16x}",
-            id,
-            cluster_id(&r.header)
-        ),
-        &r.header,
-        None,
-        &r.members,
-    )
+    let id = the_member_id(ctx)?;
+    let (_c, pr, r) = cluster_rpc!(ctx, |cl| cl.member_remove(id));
+    id_changed(&pr, &r, &r.header, &r.members, id, "removed from")
 }
 
 pub async fn member_update(ctx: &mut Ctx) -> Result<(), Exit> {
-    if ctx.p.args.len() != 1 {
-        return Err(Exit::new(EXIT_BAD_ARGS, "member ID is not provided"));
-    }
-    let id = member_id(ctx.p.args.first())?;
-    let peers = ctx.p.get("peer-urls").to_string();
-    if peers.is_empty() {
-        return Err(Exit::new(EXIT_BAD_ARGS, "member peer urls not provided"));
-    }
-    let urls: Vec<String> = peers.split(',').map(|s| s.to_string()).collect();
-    let (c, pr) = ctx.client().await?;
-    let mut cl = c.client.cluster_client();
-    let r = c
-        .unary(ctx.deadline(), cl.member_update(id, urls))
-        .await
-        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?
-        .0;
-    pr.member_change(
-        &r,
-        format!(
-            "Member {:>16x} updated in cluster {:>16x}",
-            id,
-            cluster_id(&r.header)
-        ),
-        &r.header,
-        None,
-        &r.members,
-    )
+    let id = the_member_id(ctx)?;
+    let (_, urls) = peer_urls(ctx)?;
+    let (_c, pr, r) = cluster_rpc!(ctx, |cl| cl.member_update(id, urls));
+    id_changed(&pr, &r, &r.header, &r.members, id, "updated in")
 }
 
 pub async fn member_promote(ctx: &mut Ctx) -> Result<(), Exit> {
-    if ctx.p.args.len() != 1 {
-        return Err(Exit::new(EXIT_BAD_ARGS, "member ID is not provided"));
-    }
-    let id = member_id(ctx.p.args.first())?;
-    let (c, pr) = ctx.client().await?;
-    let mut cl = c.client.cluster_client();
-    let r = c
-        .unary(ctx.deadline(), cl.member_promote(id))
-        .await
-        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?
-        .0;
-    pr.member_change(
-        &r,
-        format!(
-            "Member {:>16x} promoted in cluster {:>16x}",
-            id,
-            cluster_id(&r.header)
-        ),
-        &r.header,
-        None,
-        &r.members,
-    )
+    let id = the_member_id(ctx)?;
+    let (_c, pr, r) = cluster_rpc!(ctx, |cl| cl.member_promote(id));
+    id_changed(&pr, &r, &r.header, &r.members, id, "promoted in")
 }
 
 pub async fn member_list(ctx: &mut Ctx) -> Result<(), Exit> {
-    let (c, pr) = ctx.client().await?;
-    let mut cl = c.client.cluster_client();
-    let r = c
-        .unary(ctx.deadline(), cl.member_list())
-        .await
-        .map_err(|e| Exit::new(EXIT_ERROR, e.message()))?;
-    pr.member_list(&r.0)
+    let (_c, pr, r) = cluster_rpc!(ctx, |cl| cl.member_list());
+    pr.member_list(&r)
 }
 
 /// `endpointsFromCluster`: `--endpoints`, or with `--cluster` every
@@ -182,7 +155,12 @@ async fn endpoints(ctx: &mut Ctx) -> Result<Vec<String>, Exit> {
     if !ctx.p.bool("cluster") {
         return Ok(conf.endpoints);
     }
-    let c = client::connect(&conf, ctx.deadline())
+    member_client_urls(ctx, &conf).await
+}
+
+/// Every member's client URLs (`--cluster`), from a member list on `conf`.
+pub async fn member_client_urls(ctx: &Ctx, conf: &client::ConnConf) -> Result<Vec<String>, Exit> {
+    let c = client::connect(conf, ctx.deadline())
         .await
         .map_err(|e| Exit::new(EXIT_ERROR, e.msg))?;
     let mut cl = c.client.cluster_client();
@@ -207,6 +185,27 @@ async fn one(ctx: &mut Ctx, ep: &str, auth: bool) -> Result<Conn, Exit> {
     let mut conf = ctx.conn_conf(auth)?;
     conf.endpoints = vec![ep.to_string()];
     client::connect(&conf, ctx.deadline()).await
+}
+
+/// One maintenance RPC (`m` is the maintenance client in `call`) per
+/// endpoint, in turn; `then` gets each endpoint with the answer or the
+/// error message.
+macro_rules! each_endpoint {
+    ($ctx:expr, $eps:expr, |$m:ident| $call:expr, |$ep:ident, $r:ident| $then:expr) => {
+        for $ep in $eps {
+            let $r = match one($ctx, &$ep, true).await {
+                Ok(c) => {
+                    let mut $m = c.client.maintenance_client();
+                    c.unary($ctx.deadline(), $call)
+                        .await
+                        .map(|a| a.0)
+                        .map_err(|e| e.message())
+                }
+                Err(e) => Err(e.msg),
+            };
+            $then
+        }
+    };
 }
 
 pub async fn ep_health(ctx: &mut Ctx) -> Result<(), Exit> {
@@ -302,24 +301,13 @@ pub async fn ep_status(ctx: &mut Ctx) -> Result<(), Exit> {
     let eps = endpoints(ctx).await?;
     let mut list = Vec::new();
     let mut failed = false;
-    for ep in eps {
-        let r = match one(ctx, &ep, true).await {
-            Ok(c) => {
-                let mut m = c.client.maintenance_client();
-                c.unary(ctx.deadline(), m.status())
-                    .await
-                    .map_err(|e| e.message())
-            }
-            Err(e) => Err(e.msg),
-        };
-        match r {
-            Ok(s) => list.push((ep, s.0)),
-            Err(e) => {
-                failed = true;
-                eprintln!("Failed to get the status of endpoint {ep} ({e})");
-            }
+    each_endpoint!(ctx, eps, |m| m.status(), |ep, r| match r {
+        Ok(s) => list.push((ep, s)),
+        Err(e) => {
+            failed = true;
+            eprintln!("Failed to get the status of endpoint {ep} ({e})");
         }
-    }
+    });
     pr.endpoint_status(&list)?;
     if failed {
         return Err(Exit::silent(EXIT_ERROR));
@@ -334,24 +322,13 @@ pub async fn ep_hashkv(ctx: &mut Ctx) -> Result<(), Exit> {
     let eps = endpoints(ctx).await?;
     let mut list = Vec::new();
     let mut last_err = None;
-    for ep in eps {
-        let r = match one(ctx, &ep, true).await {
-            Ok(c) => {
-                let mut m = c.client.maintenance_client();
-                c.unary(ctx.deadline(), m.hash_kv(rev))
-                    .await
-                    .map_err(|e| e.message())
-            }
-            Err(e) => Err(e.msg),
-        };
-        match r {
-            Ok(s) => list.push((ep, s.0)),
-            Err(e) => {
-                eprintln!("Failed to get the hash of endpoint {ep} ({e})");
-                last_err = Some(e);
-            }
+    each_endpoint!(ctx, eps, |m| m.hash_kv(rev), |ep, r| match r {
+        Ok(s) => list.push((ep, s)),
+        Err(e) => {
+            eprintln!("Failed to get the hash of endpoint {ep} ({e})");
+            last_err = Some(e);
         }
-    }
+    });
     pr.endpoint_hashkv(&list)?;
     if let Some(e) = last_err {
         return Err(Exit::new(EXIT_ERROR, e));

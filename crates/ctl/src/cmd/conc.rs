@@ -193,6 +193,23 @@ async fn wait_deletes(c: &Conn, pfx: &str, max_rev: i64) -> R<PbResponseHeader> 
     }
 }
 
+/// The prefix `name/` and the session's key under it (`name/<lease>`).
+fn session_key(name: &str, s: &Session) -> (String, String) {
+    let pfx = format!("{name}/");
+    let key = format!("{pfx}{:x}", s.lease);
+    (pfx, key)
+}
+
+/// The compare "`key` was created at `rev`" (0: `key` does not exist).
+fn created_at(key: String, rev: i64) -> Compare {
+    Compare::create_revision(key, CompareOp::Equal, rev)
+}
+
+/// A put of `key` attached to the session's lease.
+fn put_leased(key: String, val: &str, s: &Session) -> TxnOp {
+    TxnOp::put(key, val, Some(PutOptions::new().with_lease(s.lease)))
+}
+
 /// `concurrency.Mutex` on `name/`.
 struct Mutex {
     pfx: String,
@@ -208,16 +225,11 @@ impl Mutex {
         name: &str,
         cancel: &mut watch::Receiver<bool>,
     ) -> R<Mutex> {
-        let pfx = format!("{name}/");
-        let key = format!("{pfx}{:x}", s.lease);
+        let (pfx, key) = session_key(name, s);
         let txn = Txn::new()
-            .when(vec![Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                0,
-            )])
+            .when(vec![created_at(key.clone(), 0)])
             .and_then(vec![
-                TxnOp::put(key.clone(), "", Some(PutOptions::new().with_lease(s.lease))),
+                put_leased(key.clone(), "", s),
                 TxnOp::get(pfx.clone(), Some(top(SortOrder::Ascend))),
             ])
             .or_else(vec![
@@ -434,11 +446,7 @@ impl Leader {
     /// `Resign`: delete our key if it is still the one we created.
     async fn resign(&self, c: &Conn) -> R<()> {
         let t = Txn::new()
-            .when(vec![Compare::create_revision(
-                self.key.clone(),
-                CompareOp::Equal,
-                self.rev,
-            )])
+            .when(vec![created_at(self.key.clone(), self.rev)])
             .and_then(vec![TxnOp::delete(self.key.clone(), None)]);
         c.client.kv_client().txn(t).await.map_err(rpc)?;
         Ok(())
@@ -454,20 +462,11 @@ async fn campaign(
     val: &str,
     cancel: &mut watch::Receiver<bool>,
 ) -> R<Leader> {
-    let pfx = format!("{name}/");
-    let key = format!("{pfx}{:x}", s.lease);
+    let (pfx, key) = session_key(name, s);
     let mut kv = c.client.kv_client();
     let t = Txn::new()
-        .when(vec![Compare::create_revision(
-            key.clone(),
-            CompareOp::Equal,
-            0,
-        )])
-        .and_then(vec![TxnOp::put(
-            key.clone(),
-            val,
-            Some(PutOptions::new().with_lease(s.lease)),
-        )])
+        .when(vec![created_at(key.clone(), 0)])
+        .and_then(vec![put_leased(key.clone(), val, s)])
         .or_else(vec![TxnOp::get(key.clone(), None)]);
     let r = or_cancel(cancel, async { kv.txn(t).await.map_err(rpc) }).await?;
     let mut l = Leader {
@@ -481,16 +480,8 @@ async fn campaign(
         if cur.value != val.as_bytes() {
             // Proclaim.
             let t = Txn::new()
-                .when(vec![Compare::create_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    l.rev,
-                )])
-                .and_then(vec![TxnOp::put(
-                    key.clone(),
-                    val,
-                    Some(PutOptions::new().with_lease(s.lease)),
-                )]);
+                .when(vec![created_at(key.clone(), l.rev)])
+                .and_then(vec![put_leased(key.clone(), val, s)]);
             let p = or_cancel(cancel, async { kv.txn(t).await.map_err(rpc) }).await;
             let failed = match p {
                 Ok(p) if p.0.succeeded => None,

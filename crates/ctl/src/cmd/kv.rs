@@ -18,6 +18,51 @@ fn bad(msg: &str) -> Exit {
     Exit::new(EXIT_BAD_ARGS, msg)
 }
 
+/// `--prefix` and `--from-key` (get and del refuse both at once).
+fn prefix_or_from_key(p: &Parsed) -> Result<(bool, bool), Exit> {
+    let (prefix, from_key) = (p.bool("prefix"), p.bool("from-key"));
+    if prefix && from_key {
+        return Err(bad(
+            "`--prefix` and `--from-key` cannot be set at the same time, choose one",
+        ));
+    }
+    Ok((prefix, from_key))
+}
+
+/// The key and range end of a get or del: `args[1]`, or what `--prefix`
+/// or `--from-key` make of the key (an empty key: from `\0`).
+fn key_range(
+    args: &[String],
+    prefix: bool,
+    from_key: bool,
+) -> Result<(Vec<u8>, Option<Vec<u8>>), Exit> {
+    let mut key = args[0].as_bytes().to_vec();
+    let mut range_end = None;
+    if args.len() > 1 {
+        if prefix || from_key {
+            return Err(bad(
+                "too many arguments, only accept one argument when `--prefix` or `--from-key` is set",
+            ));
+        }
+        range_end = Some(args[1].as_bytes().to_vec());
+    }
+    if prefix {
+        if key.is_empty() {
+            key = vec![0];
+            range_end = Some(vec![0]);
+        } else {
+            range_end = Some(prefix_end(&key));
+        }
+    }
+    if from_key {
+        if key.is_empty() {
+            key = vec![0];
+        }
+        range_end = Some(vec![0]);
+    }
+    Ok((key, range_end))
+}
+
 /// `getGetOp`: the key and options of a get (exits as etcdctl does).
 pub fn get_op(p: &Parsed) -> Result<(Vec<u8>, GetOptions), Exit> {
     let args = &p.args;
@@ -26,12 +71,7 @@ pub fn get_op(p: &Parsed) -> Result<(Vec<u8>, GetOptions), Exit> {
             "get command needs one argument as key and an optional argument as range_end",
         ));
     }
-    let (prefix, from_key) = (p.bool("prefix"), p.bool("from-key"));
-    if prefix && from_key {
-        return Err(bad(
-            "`--prefix` and `--from-key` cannot be set at the same time, choose one",
-        ));
-    }
+    let (prefix, from_key) = prefix_or_from_key(p)?;
     if p.bool("keys-only") && p.bool("count-only") {
         return Err(bad(
             "`--keys-only` and `--count-only` cannot be set at the same time, choose one",
@@ -48,16 +88,7 @@ pub fn get_op(p: &Parsed) -> Result<(Vec<u8>, GetOptions), Exit> {
             ))
         }
     }
-    let mut key = args[0].as_bytes().to_vec();
-    let mut range_end: Option<Vec<u8>> = None;
-    if args.len() > 1 {
-        if prefix || from_key {
-            return Err(bad(
-                "too many arguments, only accept one argument when `--prefix` or `--from-key` is set",
-            ));
-        }
-        range_end = Some(args[1].as_bytes().to_vec());
-    }
+    let (key, range_end) = key_range(args, prefix, from_key)?;
     o = o.with_limit(p.i64("limit"));
     if p.i64("rev") > 0 {
         o = o.with_revision(p.i64("rev"));
@@ -87,20 +118,6 @@ pub fn get_op(p: &Parsed) -> Result<(Vec<u8>, GetOptions), Exit> {
         }
     };
     o = o.with_sort(target, order);
-    if prefix {
-        if key.is_empty() {
-            key = vec![0];
-            range_end = Some(vec![0]);
-        } else {
-            range_end = Some(prefix_end(&key));
-        }
-    }
-    if from_key {
-        if key.is_empty() {
-            key = vec![0];
-        }
-        range_end = Some(vec![0]);
-    }
     if let Some(end) = range_end {
         o = o.with_range(end);
     }
@@ -171,39 +188,11 @@ pub fn del_op(p: &Parsed) -> Result<(Vec<u8>, DeleteOptions), Exit> {
             "del command needs one argument as key and an optional argument as range_end",
         ));
     }
-    let (prefix, from_key) = (p.bool("prefix"), p.bool("from-key"));
-    if prefix && from_key {
-        return Err(bad(
-            "`--prefix` and `--from-key` cannot be set at the same time, choose one",
-        ));
-    }
+    let (prefix, from_key) = prefix_or_from_key(p)?;
     let mut o = DeleteOptions::new();
-    let mut key = args[0].as_bytes().to_vec();
-    let mut range_end = None;
-    if args.len() > 1 {
-        if prefix || from_key {
-            return Err(bad(
-                "too many arguments, only accept one argument when `--prefix` or `--from-key` is set",
-            ));
-        }
-        range_end = Some(args[1].as_bytes().to_vec());
-    }
-    if prefix {
-        if key.is_empty() {
-            key = vec![0];
-            range_end = Some(vec![0]);
-        } else {
-            range_end = Some(prefix_end(&key));
-        }
-    }
+    let (key, range_end) = key_range(args, prefix, from_key)?;
     if p.bool("prev-kv") {
         o = o.with_prev_key();
-    }
-    if from_key {
-        if key.is_empty() {
-            key = vec![0];
-        }
-        range_end = Some(vec![0]);
     }
     if let Some(end) = range_end {
         o = o.with_range(end);

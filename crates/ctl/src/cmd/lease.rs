@@ -19,80 +19,75 @@ fn lease_id(arg: &str) -> Result<i64, Exit> {
     })
 }
 
-pub async fn grant(ctx: &mut Ctx) -> Result<(), Exit> {
+/// The one argument the lease commands take (`msg` without it).
+fn one_arg(ctx: &Ctx, msg: &str) -> Result<(), Exit> {
     if ctx.p.args.len() != 1 {
-        return Err(Exit::new(
-            EXIT_BAD_ARGS,
-            "lease grant command needs TTL argument",
-        ));
+        return Err(Exit::new(EXIT_BAD_ARGS, msg));
     }
+    Ok(())
+}
+
+/// Runs one lease RPC (`l` is the lease client in `call`):
+/// `(conn, printer, response)`. With `deadline` the command's timeout
+/// applies and a failure is `failed to <what> lease (<err>)`; without,
+/// there is none and a failure exits with a bad connection.
+macro_rules! lease_rpc {
+    ($ctx:expr, deadline, |$l:ident| $call:expr, $what:literal) => {{
+        let (c, pr) = $ctx.client().await?;
+        let mut $l = c.client.lease_client();
+        let r = c.unary($ctx.deadline(), $call).await.map_err(|e| {
+            Exit::new(
+                EXIT_ERROR,
+                format!(concat!("failed to ", $what, " lease ({})"), e),
+            )
+        })?;
+        (c, pr, r.0)
+    }};
+    ($ctx:expr, |$l:ident| $call:expr) => {{
+        let (c, pr) = $ctx.client_no_deadline().await?;
+        let mut $l = c.client.lease_client();
+        let r = c
+            .unary(None, $call)
+            .await
+            .map_err(|e| Exit::new(EXIT_BAD_CONNECTION, e.message()))?;
+        (c, pr, r.0)
+    }};
+}
+
+pub async fn grant(ctx: &mut Ctx) -> Result<(), Exit> {
+    one_arg(ctx, "lease grant command needs TTL argument")?;
     let ttl = gofmt::parse_int(&ctx.p.args[0], 10, 64)
         .map_err(|e| Exit::new(EXIT_BAD_ARGS, format!("bad TTL ({e})")))?;
-    let (c, pr) = ctx.client().await?;
-    let mut l = c.client.lease_client();
-    let r = c
-        .unary(ctx.deadline(), l.grant(ttl, None))
-        .await
-        .map_err(|e| Exit::new(EXIT_ERROR, format!("failed to grant lease ({e})")))?;
-    pr.grant(&r.0)
+    let (_c, pr, r) = lease_rpc!(ctx, deadline, |l| l.grant(ttl, None), "grant");
+    pr.grant(&r)
 }
 
 pub async fn revoke(ctx: &mut Ctx) -> Result<(), Exit> {
-    if ctx.p.args.len() != 1 {
-        return Err(Exit::new(
-            EXIT_BAD_ARGS,
-            "lease revoke command needs 1 argument",
-        ));
-    }
+    one_arg(ctx, "lease revoke command needs 1 argument")?;
     let id = lease_id(&ctx.p.args[0])?;
-    let (c, pr) = ctx.client().await?;
-    let mut l = c.client.lease_client();
-    let r = c
-        .unary(ctx.deadline(), l.revoke(id))
-        .await
-        .map_err(|e| Exit::new(EXIT_ERROR, format!("failed to revoke lease ({e})")))?;
-    pr.revoke(id, &r.0)
+    let (_c, pr, r) = lease_rpc!(ctx, deadline, |l| l.revoke(id), "revoke");
+    pr.revoke(id, &r)
 }
 
 pub async fn timetolive(ctx: &mut Ctx) -> Result<(), Exit> {
-    if ctx.p.args.len() != 1 {
-        return Err(Exit::new(
-            EXIT_BAD_ARGS,
-            "lease timetolive command needs lease ID as argument",
-        ));
-    }
+    one_arg(ctx, "lease timetolive command needs lease ID as argument")?;
     let keys = ctx.p.bool("keys");
     let id = lease_id(&ctx.p.args[0])?;
-    let (c, pr) = ctx.client_no_deadline().await?;
-    let mut l = c.client.lease_client();
     let mut o = LeaseTimeToLiveOptions::new();
     if keys {
         o = o.with_keys();
     }
-    let r = c
-        .unary(None, l.time_to_live(id, Some(o)))
-        .await
-        .map_err(|e| Exit::new(EXIT_BAD_CONNECTION, e.message()))?;
-    pr.time_to_live(&r.0, keys)
+    let (_c, pr, r) = lease_rpc!(ctx, |l| l.time_to_live(id, Some(o)));
+    pr.time_to_live(&r, keys)
 }
 
 pub async fn list(ctx: &mut Ctx) -> Result<(), Exit> {
-    let (c, pr) = ctx.client_no_deadline().await?;
-    let mut l = c.client.lease_client();
-    let r = c
-        .unary(None, l.leases())
-        .await
-        .map_err(|e| Exit::new(EXIT_BAD_CONNECTION, e.message()))?;
-    pr.leases(&r.0)
+    let (_c, pr, r) = lease_rpc!(ctx, |l| l.leases());
+    pr.leases(&r)
 }
 
 pub async fn keep_alive(ctx: &mut Ctx) -> Result<(), Exit> {
-    if ctx.p.args.len() != 1 {
-        return Err(Exit::new(
-            EXIT_BAD_ARGS,
-            "lease keep-alive command needs lease ID as argument",
-        ));
-    }
+    one_arg(ctx, "lease keep-alive command needs lease ID as argument")?;
     let id = lease_id(&ctx.p.args[0])?;
     let once = ctx.p.bool("once");
     let (c, pr) = ctx.client_no_deadline().await?;

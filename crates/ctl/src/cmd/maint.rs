@@ -62,23 +62,7 @@ pub async fn defrag(ctx: &mut Ctx) -> Result<(), Exit> {
     let conf = ctx.conn_conf(true)?;
     ctx.printer()?;
     let eps = if ctx.p.bool("cluster") {
-        let c = client::connect(&ConnNoAuth::of(&conf), ctx.deadline())
-            .await
-            .map_err(|e| Exit::new(EXIT_ERROR, e.msg))?;
-        let mut cl = c.client.cluster_client();
-        let r = c
-            .unary(ctx.deadline(), cl.member_list())
-            .await
-            .map_err(|e| {
-                Exit::new(
-                    EXIT_ERROR,
-                    format!("failed to fetch endpoints from etcd cluster member list: {e}"),
-                )
-            })?;
-        r.0.members
-            .iter()
-            .flat_map(|m| m.client_ur_ls.iter().cloned())
-            .collect()
+        super::cluster::member_client_urls(ctx, &ConnNoAuth::of(&conf)).await?
     } else {
         conf.endpoints.clone()
     };

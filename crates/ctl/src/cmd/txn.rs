@@ -195,6 +195,22 @@ fn scan_quoted(s: &str) -> Option<(String, &str)> {
     None
 }
 
+/// Lines up to the first blank one, each parsed by `parse`.
+fn read_block<T>(
+    r: &mut impl std::io::BufRead,
+    parse: fn(&str) -> Result<T, Exit>,
+) -> Result<Vec<T>, Exit> {
+    let mut all = Vec::new();
+    loop {
+        let line = read_line(r)?;
+        let line = line.trim();
+        if line.is_empty() {
+            return Ok(all);
+        }
+        all.push(parse(line)?);
+    }
+}
+
 fn parse_compare(line: &str) -> Result<Compare, Exit> {
     let inv = |m: String| Exit::new(EXIT_INVALID_INPUT, m);
     let Some((target, rest)) = line.split_once('(') else {
@@ -314,31 +330,14 @@ pub async fn txn(ctx: &mut Ctx) -> Result<(), Exit> {
         }
     };
     prompt("compares:");
-    let mut cmps = Vec::new();
-    loop {
-        let line = read_line(&mut r)?;
-        let line = line.trim();
-        if line.is_empty() {
-            break;
-        }
-        cmps.push(parse_compare(line)?);
-    }
+    let cmps = read_block(&mut r, parse_compare)?;
     let mut parts: Vec<Vec<TxnOp>> = Vec::new();
     for what in [
         "success requests (get, put, del):",
         "failure requests (get, put, del):",
     ] {
         prompt(what);
-        let mut ops = Vec::new();
-        loop {
-            let line = read_line(&mut r)?;
-            let line = line.trim();
-            if line.is_empty() {
-                break;
-            }
-            ops.push(parse_op(line)?);
-        }
-        parts.push(ops);
+        parts.push(read_block(&mut r, parse_op)?);
     }
     drop(r);
     let failure = parts.pop().unwrap_or_default();
