@@ -33,11 +33,26 @@ macro_rules! on_etcd_and_target {
     };
 }
 
+/// A one-member cluster and its endpoint.
+async fn fresh_server(flavor: Flavor) -> (Cluster, String) {
+    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
+    let ep = c.endpoints()[0].clone();
+    (c, ep)
+}
+
 /// A one-member cluster and the `--endpoints` flag that names it.
 async fn one_member(flavor: Flavor) -> (Cluster, String) {
-    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
-    let ep = format!("--endpoints={}", c.endpoints()[0]);
-    (c, ep)
+    let (c, ep) = fresh_server(flavor).await;
+    (c, format!("--endpoints={ep}"))
+}
+
+/// etcdctl 3.5 and retcdctl, each way round (for mixed runs: one tool
+/// holds, the other waits or observes).
+fn both_orders() -> [(std::path::PathBuf, std::path::PathBuf); 2] {
+    [
+        (etcdctl35_bin(), retcdctl_bin()),
+        (retcdctl_bin(), etcdctl35_bin()),
+    ]
 }
 
 fn show(o: &Output) -> String {
@@ -727,6 +742,12 @@ impl Bg {
             .status();
     }
 
+    /// Sends `sig` and waits (10 s) for the exit, as [`Bg::finish`].
+    async fn stop(self, sig: &str) -> Output {
+        self.signal(sig);
+        self.finish(secs(10)).await
+    }
+
     /// Waits for the exit (SIGKILL after `timeout`); what it printed and
     /// its code (-1 when a signal ended it).
     async fn finish(mut self, timeout: std::time::Duration) -> Output {
@@ -817,26 +838,14 @@ async fn lock_script(bin: &std::path::Path, ep: &str) -> Vec<String> {
         let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
         run_ctl(bin, &a, None, &[])
     };
+    // `lock L0 -- sh -c <script>`.
+    let sh = |script: &str| run(&["lock", "L0", "--", "sh", "-c", script]);
     let exec = tokio::task::block_in_place(|| {
         [
-            run(&[
-                "lock",
-                "L0",
-                "--",
-                "sh",
-                "-c",
-                "echo $ETCD_LOCK_KEY; exit 7",
-            ]),
+            sh("echo $ETCD_LOCK_KEY; exit 7"),
             run(&["lock", "L0", "sh", "-c", "true"]),
-            run(&[
-                "lock",
-                "L0",
-                "--",
-                "sh",
-                "-c",
-                "test -n \"$ETCD_LOCK_REV\" && echo rev-set",
-            ]),
-            run(&["lock", "L0", "--", "sh", "-c", "kill -9 $$"]),
+            sh("test -n \"$ETCD_LOCK_REV\" && echo rev-set"),
+            sh("kill -9 $$"),
             run(&["lock", "L0", "no-such-command-xyz"]),
             run(&["lock", "L0", "/nonexistent/cmd"]),
             run(&["lock", "--ttl=5", "L0", "--", "echo", "ttl5"]),
@@ -859,8 +868,7 @@ async fn lock_script(bin: &std::path::Path, ep: &str) -> Vec<String> {
         waiter.running(),
         waiter.stdout()
     ));
-    holder.signal("TERM");
-    let h = holder.finish(secs(10)).await;
+    let h = holder.stop("TERM").await;
     seen.push(format!("holder after SIGTERM: {}", o(&h)));
     let w = waiter.finish(secs(15)).await;
     seen.push(format!("waiter after release: {}", o(&w)));
@@ -869,15 +877,13 @@ async fn lock_script(bin: &std::path::Path, ep: &str) -> Vec<String> {
     assert!(holder.wait_for("L2/", secs(10)).await);
     let waiter = Bg::spawn(bin, ep, &["lock", "L2"]);
     tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
-    waiter.signal("INT");
     seen.push(format!(
         "interrupted waiter: {}",
-        o(&waiter.finish(secs(10)).await)
+        o(&waiter.stop("INT").await)
     ));
-    holder.signal("INT");
     seen.push(format!(
         "holder after SIGINT: {}",
-        o(&holder.finish(secs(10)).await)
+        o(&holder.stop("INT").await)
     ));
     seen
 }
@@ -886,8 +892,7 @@ async fn lock_script(bin: &std::path::Path, ep: &str) -> Vec<String> {
 /// server of `flavor`, then has an etcdctl holder exclude a retcdctl
 /// waiter (and the other way round).
 async fn compare_lock(flavor: Flavor) {
-    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
-    let ep = c.endpoints()[0].clone();
+    let (_c, ep) = fresh_server(flavor).await;
     let want = lock_script(&etcdctl35_bin(), &ep).await;
     let got = lock_script(&retcdctl_bin(), &ep).await;
     assert_eq!(
@@ -900,10 +905,7 @@ async fn compare_lock(flavor: Flavor) {
         "retcdctl's lock differs from etcdctl's on {}",
         flavor.name()
     );
-    for (a, b) in [
-        (etcdctl35_bin(), retcdctl_bin()),
-        (retcdctl_bin(), etcdctl35_bin()),
-    ] {
+    for (a, b) in both_orders() {
         let holder = Bg::spawn(&a, &ep, &["lock", "X"]);
         assert!(holder.wait_for("X/", secs(10)).await);
         let mut waiter = Bg::spawn(&b, &ep, &["lock", "X", "--", "echo", "got-x"]);
@@ -926,6 +928,12 @@ on_etcd_and_target!(
     compare_lock
 );
 
+/// Stops a campaigner with `sig`: `<who> after SIG<sig>: code=… err=…`.
+async fn stopped(who: &str, sig: &str, b: Bg) -> String {
+    let o = b.stop(sig).await;
+    format!("{who} after SIG{sig}: code={} err={:?}", o.code, o.stderr)
+}
+
 /// The election script with one tool: an observer (simple and JSON), two
 /// campaigners, the first resigning on SIGTERM.
 async fn elect_script(bin: &std::path::Path, ep: &str, name: &str) -> Vec<String> {
@@ -947,12 +955,7 @@ async fn elect_script(bin: &std::path::Path, ep: &str, name: &str) -> Vec<String
         observer.wait_for("v1", secs(10)).await,
         "observer missed v1"
     );
-    first.signal("TERM");
-    let f = first.finish(secs(10)).await;
-    seen.push(format!(
-        "first after SIGTERM: code={} err={:?}",
-        f.code, f.stderr
-    ));
+    seen.push(stopped("first", "TERM", first).await);
     assert!(second.wait_for("v2", secs(15)).await, "second never leader");
     seen.push(format!("second: {:?}", mask_lease(&second.stdout())));
     assert!(
@@ -963,15 +966,9 @@ async fn elect_script(bin: &std::path::Path, ep: &str, name: &str) -> Vec<String
         json_observer.wait_for("djI=", secs(10)).await,
         "json observer missed v2"
     );
-    second.signal("INT");
-    let s = second.finish(secs(10)).await;
-    seen.push(format!(
-        "second after SIGINT: code={} err={:?}",
-        s.code, s.stderr
-    ));
+    seen.push(stopped("second", "INT", second).await);
     for (what, ob) in [("observer", observer), ("json observer", json_observer)] {
-        ob.signal("TERM");
-        let o = ob.finish(secs(10)).await;
+        let o = ob.stop("TERM").await;
         // JSON: the revisions differ between the two runs; keep the shape.
         let out = mask_lease(&o.stdout)
             .split('\n')
@@ -1006,8 +1003,7 @@ async fn elect_script(bin: &std::path::Path, ep: &str, name: &str) -> Vec<String
 }
 
 async fn compare_elect(flavor: Flavor) {
-    let c = Cluster::start(flavor, 1, FAST).await.expect("start");
-    let ep = c.endpoints()[0].clone();
+    let (_c, ep) = fresh_server(flavor).await;
     let want = elect_script(&etcdctl35_bin(), &ep, "E1").await;
     let got = elect_script(&retcdctl_bin(), &ep, "E2").await;
     let got: Vec<String> = got.iter().map(|s| s.replace("E2/", "E1/")).collect();
@@ -1018,10 +1014,7 @@ async fn compare_elect(flavor: Flavor) {
         flavor.name()
     );
     // Mixed: a retcdctl observer sees an etcdctl leader and vice versa.
-    for (a, b) in [
-        (etcdctl35_bin(), retcdctl_bin()),
-        (retcdctl_bin(), etcdctl35_bin()),
-    ] {
+    for (a, b) in both_orders() {
         let leader = Bg::spawn(&a, &ep, &["elect", "M", "from-a"]);
         assert!(leader.wait_for("from-a", secs(10)).await);
         let ob = Bg::spawn(&b, &ep, &["elect", "-l", "M"]);
@@ -1030,8 +1023,7 @@ async fn compare_elect(flavor: Flavor) {
             "{} missed it",
             b.display()
         );
-        leader.signal("TERM");
-        let _ = leader.finish(secs(10)).await;
+        let _ = leader.stop("TERM").await;
     }
 }
 
