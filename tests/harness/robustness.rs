@@ -394,9 +394,8 @@ impl RbCluster {
                 let ctl = dir.path().join(format!("m{i}.fiu-ctl"));
                 let cmds = dir.path().join(format!("m{i}.fiu-start"));
                 let script = format!(
-                    "c=$(cat '{}' 2>/dev/null); if [ -n \"$c\" ]; then echo \"libfiu at start: $c\"; exec fiu-run -x -f '{}' -c \"$c\" \"$@\"; fi; exec fiu-run -x -f '{}' \"$@\"",
+                    "c=$(cat '{}' 2>/dev/null); [ -n \"$c\" ] && echo \"libfiu at start: $c\"; exec fiu-run -x -f '{}' ${{c:+-c \"$c\"}} \"$@\"",
                     cmds.display(),
-                    ctl.display(),
                     ctl.display()
                 );
                 let mut a = vec!["-c".to_string(), script, "fiu".to_string()];
@@ -515,8 +514,9 @@ impl RbCluster {
             cmd.args(["-c", &c]);
         }
         let out = cmd.arg(pid.to_string()).output().context("run fiu-ctrl")?;
+        // fiu-ctrl exits 0 even when a command fails; it says so
         let said = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() || said.contains("rror") {
+        if !out.status.success() || said.to_ascii_lowercase().contains("error") {
             bail!("fiu-ctrl for m{i} failed ({}): {said}", out.status);
         }
         Ok(())

@@ -18,10 +18,10 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use etcd_client::{Client, CompactionOptions, GetOptions, Txn, TxnOp};
+use retcd_tests::binaries::retcdutl_bin;
 use retcd_tests::{bounded, grpc_error, retry_until, test_flavor, Cluster, Flavor};
 use retcd_tests::{limit::SLOW as LIMIT, FAST, READY};
 use tokio::time::{sleep, Instant};
@@ -399,10 +399,6 @@ async fn test_hash_kv_equal_on_every_member_during_and_after_deletion() {
         assert_eq!(rt.rows, want, "restored key table");
     })
     .await;
-}
-
-fn retcdutl_bin() -> PathBuf {
-    Flavor::Retcd.binary().with_file_name("retcdutl")
 }
 
 /// A new one-member cluster from `file` (`retcdutl snapshot restore`).

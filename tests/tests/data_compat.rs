@@ -21,15 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
+use retcd_tests::binaries::retcdutl_bin;
 use retcd_tests::{
     bounded, etcd351_bin, etcd_bin, etcdctl, etcdctl35, grpc_error, Cluster, Flavor,
 };
 use retcd_tests::{kv_rows as rows_of, KvRow as Row};
 use retcd_tests::{limit::LONG as LIMIT, FAST, READY};
-
-fn retcdutl_bin() -> PathBuf {
-    Flavor::Retcd.binary().with_file_name("retcdutl")
-}
 
 fn etcdutl_bin() -> PathBuf {
     retcd_tests::etcdctl35_bin().with_file_name("etcdutl")

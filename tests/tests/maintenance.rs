@@ -7,13 +7,13 @@
 //! Downgrade. Flavour-generic where it applies (`RETCD_TEST_FLAVOR=etcd`
 //! for the real-etcd control); restore is retcd's (retcdutl).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
     AlarmAction, AlarmType, Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp,
 };
+use retcd_tests::binaries::retcdutl_bin;
 use retcd_tests::{bounded, etcdctl35, grpc_error, retry_until, test_flavor, Cluster, Flavor};
 use retcd_tests::{limit::LONG as LIMIT, FAST, READY};
 use tokio::time::{sleep, Instant};
@@ -22,11 +22,6 @@ fn flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut v: Vec<&str> = FAST.to_vec();
     v.extend_from_slice(extra);
     v
-}
-
-fn retcdutl_bin() -> PathBuf {
-    let retcd = Flavor::Retcd.binary();
-    retcd.with_file_name("retcdutl")
 }
 
 fn retcdutl(args: &[&str]) -> std::process::Output {

@@ -761,7 +761,7 @@ async fn step(rng: &mut StdRng, t: &mut Target) -> (String, String) {
 /// of `flavor`: every call's (name, answer), and what was wrong with the
 /// cluster afterwards.
 async fn run(flavor: Flavor, seed: u64, steps: u64) -> (Vec<(String, String)>, Vec<String>) {
-    let c = Cluster::start(flavor, 3, &["--bcrypt-cost", "4"])
+    let mut c = Cluster::start(flavor, 3, &["--bcrypt-cost", "4"])
         .await
         .expect("start the cluster");
     let mut chans = Vec::new();
@@ -804,7 +804,6 @@ async fn run(flavor: Flavor, seed: u64, steps: u64) -> (Vec<(String, String)>, V
         answers.push(a);
     }
     let mut problems = Vec::new();
-    let mut c = c;
     for (i, m) in c.members.iter_mut().enumerate() {
         if !m.is_running() {
             let log = m.log();
