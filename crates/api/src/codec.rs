@@ -8,12 +8,16 @@
 //! to twice the message's size in capacity. Reserving once makes the
 //! buffer exactly one message long.
 
+use std::any::Any;
 use std::marker::PhantomData;
 
+use prost::encoding;
 use prost::Message;
 use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
 use tonic::Status;
 use tonic_prost::ProstDecoder;
+
+use crate::etcdserverpb::RangeResponse;
 
 /// [`tonic_prost::ProstCodec`] with an exact-size encode buffer.
 #[derive(Debug, Clone)]
@@ -52,17 +56,86 @@ pub struct ExactEncoder<T> {
     _pd: PhantomData<T>,
 }
 
-impl<T: Message> Encoder for ExactEncoder<T> {
+impl<T: Message + 'static> Encoder for ExactEncoder<T> {
     type Item = T;
     type Error = Status;
 
-    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+    fn encode(&mut self, mut item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
         buf.reserve(item.encoded_len());
+        if let Some(range) = (&mut item as &mut dyn Any).downcast_mut::<RangeResponse>() {
+            encode_range_draining(range, buf);
+            return Ok(());
+        }
         item.encode(buf)
             .map_err(|e| Status::internal(format!("retcd: encode: {e}")))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::default()
+    }
+}
+
+/// Encodes a `RangeResponse` as prost would (fields in number order: the
+/// same bytes), dropping each key-value once written: a large unary Range
+/// is in memory about once (the kvs shrink as the encoding grows) rather
+/// than twice (all its kvs, then all its encoding).
+fn encode_range_draining(r: &mut RangeResponse, buf: &mut impl bytes::BufMut) {
+    if let Some(h) = &r.header {
+        encoding::message::encode(1, h, buf);
+    }
+    for kv in r.kvs.drain(..) {
+        encoding::message::encode(2, &kv, buf);
+    }
+    if r.more {
+        encoding::bool::encode(3, &r.more, buf);
+    }
+    if r.count != 0 {
+        encoding::int64::encode(4, &r.count, buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etcdserverpb::ResponseHeader;
+    use crate::mvccpb::KeyValue;
+
+    #[test]
+    fn test_draining_range_encoding_is_prosts() {
+        let kv = |i: u8| KeyValue {
+            key: vec![b'k', i].into(),
+            value: vec![i; 300].into(),
+            create_revision: i as i64,
+            mod_revision: 7,
+            version: 1,
+            lease: if i % 2 == 0 { 5 } else { 0 },
+        };
+        let cases = [
+            RangeResponse::default(),
+            RangeResponse {
+                header: Some(ResponseHeader {
+                    cluster_id: 1,
+                    member_id: 2,
+                    revision: 9,
+                    raft_term: 3,
+                }),
+                kvs: (0..20).map(kv).collect(),
+                more: true,
+                count: 40,
+            },
+            RangeResponse {
+                kvs: vec![kv(1)],
+                count: 1,
+                ..Default::default()
+            },
+        ];
+        for r in cases {
+            let want = r.encode_to_vec();
+            let mut got = Vec::new();
+            let mut drained = r.clone();
+            encode_range_draining(&mut drained, &mut got);
+            assert_eq!(got, want);
+            assert!(drained.kvs.is_empty(), "every kv dropped once written");
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! Process lifecycle: bind listeners, start the server, serve until
 //! SIGTERM/SIGINT, then stop in order (clients, raft thread, backend).
 
+use crate::api::client_port::ClientPort;
+use crate::api::defer_writes::DeferWrites;
 use crate::api::h2_authority::AuthorityFix;
 use crate::config::{split_urls, url_host_port, Config};
 use crate::server::EtcdServer;
@@ -9,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
+use tower::util::Either;
 
 pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     cfg.validate().map_err(anyhow::Error::msg)?;
@@ -121,7 +124,10 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         }));
     }
 
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let (health_reporter, _) = tonic_health::server::health_reporter();
+    let health_service = tonic_health::pb::health_server::HealthServer::new(
+        tonic_health::server::HealthService::from_health_reporter(health_reporter.clone()),
+    );
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
@@ -159,23 +165,19 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     {
         let (addr, l) = bind_client(url).await?;
         let mut router = axum::Router::new();
-        if grpc {
-            let routes = services.routes.clone().add_service(health_service.clone());
-            router = routes
-                .into_axum_router()
-                .layer(axum::middleware::from_fn_with_state(
-                    server.clone(),
-                    crate::api::client_guard,
-                ))
-                // outermost: counts what the guard refuses too
-                .layer(axum::middleware::from_fn(crate::api::grpc_metrics::layer));
-        }
         if !grpc || !http_apart {
             router = router.merge(crate::api::http::router(server.clone()));
             if cfg.enable_grpc_gateway {
                 router = router.merge(crate::api::gateway::router(&server, &services));
             }
         }
+        let grpc_front = grpc.then(|| {
+            (
+                server.clone(),
+                services.servers.clone(),
+                health_service.clone(),
+            )
+        });
         let mut rx = stop_rx.clone();
         let mut published = server.published();
         let acceptor = https_acceptor(url, &tls.client_acceptor, "--cert-file")?;
@@ -199,29 +201,42 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
                 );
             }
             let nonzero = |d: std::time::Duration| (!d.is_zero()).then_some(d);
+            // gRPC calls to etcd's services (grpc URLs only), in front of
+            // the HTTP routes
+            let front = tower::layer::layer_fn(move |http| match &grpc_front {
+                Some((server, servers, health)) => Either::Left(ClientPort::new(
+                    server.clone(),
+                    servers.clone(),
+                    health.clone(),
+                    http,
+                )),
+                None => Either::Right(http),
+            });
             let builder = tonic::transport::Server::builder()
                 .accept_http1(true)
                 .tcp_nodelay(true)
                 .max_concurrent_streams(max_streams)
                 .http2_keepalive_interval(nonzero(keepalive.0))
                 .http2_keepalive_timeout(nonzero(keepalive.1))
+                .layer(front)
                 .add_routes(router.into());
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
             let r = match (l, acceptor) {
                 (ClientListener::Tcp(l), Some(a)) => {
-                    let incoming =
-                        crate::tls::incoming(l, a, false).map(|s| s.map(AuthorityFix::new));
+                    let incoming = crate::tls::incoming(l, a, false)
+                        .map(|s| s.map(|s| DeferWrites::new(AuthorityFix::new(s))));
                     builder.serve_with_incoming_shutdown(incoming, stop).await
                 }
                 (ClientListener::Tcp(l), None) => {
-                    let incoming = nodelay(l).map(|s| s.map(AuthorityFix::new));
+                    let incoming =
+                        nodelay(l).map(|s| s.map(|s| DeferWrites::new(AuthorityFix::new(s))));
                     builder.serve_with_incoming_shutdown(incoming, stop).await
                 }
                 (ClientListener::Unix(l), _) => {
                     let incoming = tokio_stream::wrappers::UnixListenerStream::new(l)
-                        .map(|s| s.map(AuthorityFix::new));
+                        .map(|s| s.map(|s| DeferWrites::new(AuthorityFix::new(s))));
                     builder.serve_with_incoming_shutdown(incoming, stop).await
                 }
             };

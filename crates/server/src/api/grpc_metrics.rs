@@ -6,8 +6,9 @@
 //! `etcd_network_client_grpc_{received,sent}_bytes_total` (message bytes,
 //! as etcd's codec counts them) and `etcd_server_client_requests_total`.
 //!
-//! A layer in front of the gRPC routes. It reads the gRPC framing of the
-//! request and response bodies (a 5-byte prefix per message) to count
+//! Counted in front of the gRPC services (`api::client_port`): it reads
+//! the gRPC framing of the request and response bodies (a 5-byte prefix
+//! per message) to count
 //! messages and their bytes, and the `grpc-status` of the trailers (or of
 //! a trailers-only answer) for the code. A response body dropped before
 //! its trailers is a call the client cancelled (`Canceled`, as etcd
@@ -20,15 +21,17 @@
 //! once, so a call only finds its method by path.
 
 use crate::metrics::{extensive, global};
-use axum::body::Body;
+use axum::http;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use prometheus::{Histogram, IntCounter};
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
+use tonic::body::Body;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -216,56 +219,105 @@ pub fn init() {
     }
 }
 
-/// The middleware (`axum::middleware::from_fn`) in front of the client
-/// port's gRPC routes; other paths pass through.
-pub async fn layer(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let Some(c) = children(req.uri().path()) else {
-        return next.run(req).await;
-    };
-    let start = Instant::now();
-    c.started.inc();
-    let version = req
-        .headers()
-        .get("client-api-version")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("unknown");
-    global().client_requests.inc(c.kind != Kind::Unary, version);
-    if c.kind == Kind::Unary {
-        // go-grpc-prometheus counts a unary call's one request message as
-        // the call starts
-        c.received.inc();
-    }
-    let req = req.map(|b| {
-        Body::new(Counted {
-            inner: b,
-            frames: Frames::default(),
-            side: Side::Request(c),
-        })
-    });
-    let mut resp = next.run(req).await;
-    crate::api::error_map::grpc_go_size_error(resp.headers_mut());
-    // a trailers-only answer: the status is in the headers
-    let code = resp.headers().get("grpc-status").map(code_of);
-    if let Some(code) = code {
-        c.finish(code, start);
-    }
-    resp.map(|b| {
-        Body::new(Counted {
-            inner: b,
-            frames: Frames::default(),
-            side: Side::Response {
-                c,
-                start,
-                done: code.is_some(),
-            },
-        })
-    })
+/// One client gRPC call of a known method, counted from its start (see
+/// the module documentation); `api::client_port` makes one for every call
+/// before anything else looks at it.
+pub(crate) struct Call {
+    c: &'static Children,
+    start: Instant,
+    in_flight: InFlight,
 }
 
-fn code_of(v: &axum::http::HeaderValue) -> usize {
+impl Call {
+    /// Starts counting a call to `path` (None: not a method of etcd's
+    /// services, not counted).
+    pub(crate) fn begin(path: &str, headers: &http::HeaderMap) -> Option<Call> {
+        let c = children(path)?;
+        let in_flight = InFlight::new();
+        let start = Instant::now();
+        c.started.inc();
+        let version = headers
+            .get("client-api-version")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("unknown");
+        global().client_requests.inc(c.kind != Kind::Unary, version);
+        if c.kind == Kind::Unary {
+            // go-grpc-prometheus counts a unary call's one request message
+            // as the call starts
+            c.received.inc();
+        }
+        Some(Call {
+            c,
+            start,
+            in_flight,
+        })
+    }
+
+    /// The request body, its messages counted as they arrive.
+    pub(crate) fn request_body(&self, b: Body) -> Body {
+        Body::new(Counted {
+            inner: b,
+            frames: Frames::default(),
+            side: Side::Request(self.c),
+        })
+    }
+
+    /// The response, its messages counted as they leave and its status
+    /// when it ends (the call is in flight until then).
+    pub(crate) fn response(self, mut resp: http::Response<Body>) -> http::Response<Body> {
+        crate::api::error_map::grpc_go_size_error(resp.headers_mut());
+        // a trailers-only answer: the status is in the headers
+        let code = resp.headers().get("grpc-status").map(code_of);
+        if let Some(code) = code {
+            self.c.finish(code, self.start);
+        }
+        let Call {
+            c,
+            start,
+            in_flight,
+        } = self;
+        resp.map(|b| {
+            Body::new(Counted {
+                inner: b,
+                frames: Frames::default(),
+                side: Side::Response {
+                    c,
+                    start,
+                    done: code.is_some(),
+                    _in_flight: in_flight,
+                },
+            })
+        })
+    }
+}
+
+/// Client gRPC calls in progress (from the request to the end of the
+/// response body). `api::defer_writes` delays a connection's writes only
+/// while other calls are in progress, whose responses may join them.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Client gRPC calls in progress on this member.
+pub fn in_flight() -> usize {
+    IN_FLIGHT.load(Ordering::Relaxed)
+}
+
+/// Counts one call in [`IN_FLIGHT`] while it lives.
+pub(crate) struct InFlight;
+
+impl InFlight {
+    pub(crate) fn new() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn code_of(v: &http::HeaderValue) -> usize {
     std::str::from_utf8(v.as_bytes())
         .ok()
         .and_then(|s| s.parse::<usize>().ok())
@@ -317,6 +369,7 @@ enum Side {
         c: &'static Children,
         start: Instant,
         done: bool,
+        _in_flight: InFlight,
     },
 }
 
@@ -329,12 +382,12 @@ struct Counted {
 
 impl http_body::Body for Counted {
     type Data = Bytes;
-    type Error = axum::Error;
+    type Error = tonic::Status;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
         let this = &mut *self;
         let mut r = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(f))) = &mut r {
@@ -354,7 +407,7 @@ impl http_body::Body for Counted {
                     });
                 }
             }
-            (Poll::Ready(Some(Ok(f))), Side::Response { c, start, done }) => {
+            (Poll::Ready(Some(Ok(f))), Side::Response { c, start, done, .. }) => {
                 if let Some(d) = f.data_ref() {
                     this.frames.feed(d, |len| {
                         c.sent.inc();
@@ -368,7 +421,7 @@ impl http_body::Body for Counted {
                     }
                 }
             }
-            (Poll::Ready(None), Side::Response { c, start, done }) if !*done => {
+            (Poll::Ready(None), Side::Response { c, start, done, .. }) if !*done => {
                 // ended without a status
                 *done = true;
                 c.finish(UNKNOWN, *start);
@@ -389,7 +442,7 @@ impl http_body::Body for Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        if let Side::Response { c, start, done } = &self.side {
+        if let Side::Response { c, start, done, .. } = &self.side {
             if !*done {
                 // the client went away before the call ended
                 c.finish(CANCELED, *start);

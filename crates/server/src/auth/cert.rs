@@ -2,7 +2,7 @@
 //! `--client-cert-auth`, a request that carries no token acts as the
 //! common name of its connection's verified client certificate.
 //!
-//! The client port's guard (`api::client_guard`) sets [`CERT_CN_HEADER`]
+//! The client port's guard (`api::client_port`) sets [`CERT_CN_HEADER`]
 //! from the connection's certificate and removes whatever a client sent
 //! under that name, so the header the services read is always the one the
 //! TLS handshake verified. The lock and election services call the other
@@ -16,7 +16,7 @@ pub const CERT_CN_HEADER: &str = "x-retcd-cert-cn";
 /// Sets [`CERT_CN_HEADER`] to the common name of the verified client
 /// certificate of the connection `req` came on, never to what the client
 /// sent under that name.
-pub fn pass_cert_user(req: &mut axum::extract::Request) {
+pub fn pass_cert_user<B>(req: &mut axum::http::Request<B>) {
     let cn = cert_user(req.extensions());
     let headers = req.headers_mut();
     headers.remove(CERT_CN_HEADER);

@@ -541,9 +541,8 @@ impl RaftNode {
         self.storage.set_applied(last.0, last.1);
         self.status.set_applied(last.0);
         applier.after_commit(events);
-        for (id, res) in results {
-            self.wait.trigger(id, Ok(res));
-        }
+        self.wait
+            .trigger_batch(results.into_iter().map(|(id, r)| (id, Ok(r))));
         n
     }
 

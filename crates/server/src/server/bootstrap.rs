@@ -234,6 +234,7 @@ impl EtcdServer {
         );
         transport.add_peers(&members);
         let wait = Arc::new(Wait::default());
+        wait.start_dispatcher();
         let status = Arc::new(RaftStatus::starting_at(applied));
         let node = RaftNode {
             raw,

@@ -24,12 +24,27 @@ use retcd_api::v3lockpb::lock_server::LockServer;
 use std::sync::Arc;
 use tonic::service::Routes;
 
+/// The client port's gRPC services, each as its own tower service (what
+/// `api::client_port` dispatches to by service name).
+#[derive(Clone)]
+pub struct Servers {
+    pub kv: KvServer<kv::KvService>,
+    pub watch: watch_server::WatchServer,
+    pub lease: LeaseServer<lease::LeaseService>,
+    pub maintenance: MaintenanceServer<maintenance::MaintenanceService>,
+    pub cluster: ClusterServer<cluster::ClusterService>,
+    pub auth: AuthServer<auth::AuthService>,
+    pub lock: LockServer<lock::LockService>,
+    pub election: ElectionServer<election::ElectionService>,
+}
+
 /// Every client-facing gRPC service, sized like etcd's: a request up to
 /// `--max-request-bytes` + 512 KiB reaches the server's own check.
 pub struct ClientServices {
-    /// All of them, for the client port (and in-process callers such as
-    /// the gateway's streams).
+    /// All of them, for in-process callers (the gateway's streams).
     pub routes: Routes,
+    /// The same services one by one, for the client port.
+    pub servers: Servers,
     /// The lock and election services, for the gateway's unary routes.
     pub lock: lock::LockService,
     pub election: election::ElectionService,
@@ -38,28 +53,27 @@ pub struct ClientServices {
 pub fn client_services(server: &Arc<EtcdServer>) -> ClientServices {
     let recv = server.cfg.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
     let send = usize::MAX >> 1;
-    // What the lock and election services call, in process.
-    let mut core = Routes::builder();
-    core.add_service(
-        KvServer::new(kv::KvService {
-            server: server.clone(),
-        })
-        .max_decoding_message_size(recv)
-        .max_encoding_message_size(send),
-    );
-    core.add_service(watch_server::WatchServer::new(
+    let kv = KvServer::new(kv::KvService {
+        server: server.clone(),
+    })
+    .max_decoding_message_size(recv)
+    .max_encoding_message_size(send);
+    let watch = watch_server::WatchServer::new(
         watch::WatchService {
             server: server.clone(),
         },
         recv,
         send,
-    ));
-    core.add_service(
-        LeaseServer::new(lease::LeaseService {
-            server: server.clone(),
-        })
-        .max_decoding_message_size(recv),
     );
+    let lease = LeaseServer::new(lease::LeaseService {
+        server: server.clone(),
+    })
+    .max_decoding_message_size(recv);
+    // What the lock and election services call, in process.
+    let mut core = Routes::builder();
+    core.add_service(kv.clone());
+    core.add_service(watch.clone());
+    core.add_service(lease.clone());
     let core = core.routes();
     let lock = lock::LockService {
         v3: concurrency::InProcess::new(core.clone()),
@@ -67,30 +81,35 @@ pub fn client_services(server: &Arc<EtcdServer>) -> ClientServices {
     let election = election::ElectionService {
         v3: concurrency::InProcess::new(core.clone()),
     };
+    let servers = Servers {
+        kv,
+        watch,
+        lease,
+        maintenance: MaintenanceServer::new(maintenance::MaintenanceService {
+            server: server.clone(),
+        })
+        .max_decoding_message_size(recv)
+        .max_encoding_message_size(send),
+        cluster: ClusterServer::new(cluster::ClusterService {
+            server: server.clone(),
+        })
+        .max_decoding_message_size(recv),
+        auth: AuthServer::new(auth::AuthService {
+            server: server.clone(),
+        })
+        .max_decoding_message_size(recv),
+        lock: LockServer::new(lock.clone()).max_decoding_message_size(recv),
+        election: ElectionServer::new(election.clone()).max_decoding_message_size(recv),
+    };
     let routes = core
-        .add_service(
-            MaintenanceServer::new(maintenance::MaintenanceService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(recv)
-            .max_encoding_message_size(send),
-        )
-        .add_service(
-            ClusterServer::new(cluster::ClusterService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(recv),
-        )
-        .add_service(
-            AuthServer::new(auth::AuthService {
-                server: server.clone(),
-            })
-            .max_decoding_message_size(recv),
-        )
-        .add_service(LockServer::new(lock.clone()).max_decoding_message_size(recv))
-        .add_service(ElectionServer::new(election.clone()).max_decoding_message_size(recv));
+        .add_service(servers.maintenance.clone())
+        .add_service(servers.cluster.clone())
+        .add_service(servers.auth.clone())
+        .add_service(servers.lock.clone())
+        .add_service(servers.election.clone());
     ClientServices {
         routes,
+        servers,
         lock,
         election,
     }

@@ -1,0 +1,225 @@
+//! What the client port runs for every request: one tower service in front
+//! of the HTTP routes. A call to one of etcd's gRPC services is counted
+//! (`grpc_metrics`), checked (the guard below) and handed to its service
+//! by name; every other request goes to the HTTP routes (`/health`,
+//! `/metrics`, the JSON gateway, ...), untouched.
+//!
+//! This replaced two axum routers and two `from_fn` middlewares around the
+//! gRPC routes: each wrapped and boxed the call, the request and response
+//! bodies again, and moved the large futures between the layers.
+
+use super::error_map;
+use super::gateway;
+use super::grpc::Servers;
+use super::grpc_metrics::Call;
+use crate::error::ServerError;
+use crate::server::EtcdServer;
+use axum::http::{header, Request, Response};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tonic::body::Body;
+use tonic::codegen::{BoxFuture, Service};
+use tonic::server::NamedService;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::HealthService;
+
+/// etcd's gRPC services on the client port.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Grpc {
+    Kv,
+    Watch,
+    Lease,
+    Maintenance,
+    Cluster,
+    Auth,
+    Lock,
+    Election,
+    Health,
+}
+
+impl Grpc {
+    /// The service a request path names (`/<service>/<method>`), as
+    /// tonic's routes match it: any method under a known service.
+    fn of(path: &str) -> Option<Grpc> {
+        let rest = path.strip_prefix('/')?;
+        let (service, _method) = rest.split_once('/')?;
+        use retcd_api::etcdserverpb::{
+            auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
+            lease_server::LeaseServer, maintenance_server::MaintenanceServer,
+        };
+        use retcd_api::v3electionpb::election_server::ElectionServer;
+        use retcd_api::v3lockpb::lock_server::LockServer;
+        type H = HealthServer<HealthService>;
+        type W = super::grpc::watch_server::WatchServer;
+        Some(match service {
+            <KvServer<super::grpc::kv::KvService>>::NAME => Grpc::Kv,
+            W::NAME => Grpc::Watch,
+            <LeaseServer<super::grpc::lease::LeaseService>>::NAME => Grpc::Lease,
+            <MaintenanceServer<super::grpc::maintenance::MaintenanceService>>::NAME => {
+                Grpc::Maintenance
+            }
+            <ClusterServer<super::grpc::cluster::ClusterService>>::NAME => Grpc::Cluster,
+            <AuthServer<super::grpc::auth::AuthService>>::NAME => Grpc::Auth,
+            <LockServer<super::grpc::lock::LockService>>::NAME => Grpc::Lock,
+            <ElectionServer<super::grpc::election::ElectionService>>::NAME => Grpc::Election,
+            H::NAME => Grpc::Health,
+            _ => return None,
+        })
+    }
+}
+
+/// The gRPC services and what the guard needs.
+struct Front {
+    server: Arc<EtcdServer>,
+    servers: Servers,
+    health: HealthServer<HealthService>,
+}
+
+/// The client port's service: gRPC calls, then the HTTP routes `S`.
+#[derive(Clone)]
+pub struct ClientPort<S> {
+    front: Arc<Front>,
+    http: S,
+}
+
+impl<S> ClientPort<S> {
+    pub fn new(
+        server: Arc<EtcdServer>,
+        servers: Servers,
+        health: HealthServer<HealthService>,
+        http: S,
+    ) -> ClientPort<S> {
+        ClientPort {
+            front: Arc::new(Front {
+                server,
+                servers,
+                health,
+            }),
+            http,
+        }
+    }
+}
+
+impl<S> Service<Request<Body>> for ClientPort<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Response<Body>, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let Some(grpc) = Grpc::of(req.uri().path()) else {
+            return Box::pin(self.http.call(req));
+        };
+        // outermost: the metrics count what the guard refuses too
+        let call = Call::begin(req.uri().path(), req.headers());
+        let mut req = match &call {
+            Some(c) => req.map(|b| c.request_body(b)),
+            None => req,
+        };
+        let front = self.front.clone();
+        Box::pin(async move {
+            let resp = match guard(&front.server, &mut req) {
+                Some(refused) => refused,
+                None => dispatch(&front, grpc, req).await,
+            };
+            Ok(match call {
+                Some(c) => c.response(resp),
+                None => resp,
+            })
+        })
+    }
+}
+
+async fn dispatch(front: &Front, grpc: Grpc, req: Request<Body>) -> Response<Body> {
+    let s = &front.servers;
+    let r = match grpc {
+        Grpc::Kv => s.kv.clone().call(req).await,
+        Grpc::Watch => s.watch.clone().call(req).await,
+        Grpc::Lease => s.lease.clone().call(req).await,
+        Grpc::Maintenance => s.maintenance.clone().call(req).await,
+        Grpc::Cluster => s.cluster.clone().call(req).await,
+        Grpc::Auth => s.auth.clone().call(req).await,
+        Grpc::Lock => s.lock.clone().call(req).await,
+        Grpc::Election => s.election.clone().call(req).await,
+        Grpc::Health => front.health.clone().call(req).await,
+    };
+    match r {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
+}
+
+/// In front of every client gRPC call:
+/// * with `--client-cert-auth`, hands the services the caller's verified
+///   certificate user (`auth::cert::pass_cert_user`);
+/// * as etcd's cmux: only `application/grpc` requests reach the gRPC
+///   server; anything else under a gRPC service's path is answered as
+///   etcd's HTTP handler answers a path it does not serve;
+/// * etcd's learner rule (`v3rpc/interceptor.go`, `isRPCSupportedForLearner`):
+///   a learner answers only the unary `Maintenance/Status` and serializable
+///   `KV/Range`, and the one stream `Maintenance/Snapshot` (etcd 3.5.0+,
+///   #12890: a snapshot can be saved from a learner); every other client
+///   RPC, unary or stream, fails with
+///   Unavailable "etcdserver: rpc not supported for learner" before its
+///   handler runs. Range passes here and the server checks `serializable`
+///   (the flag is inside the message). HTTP endpoints (`/health`,
+///   `/metrics`) are not gRPC and are not affected; the JSON gateway
+///   applies the same rule itself.
+///
+/// Returns the answer of a refused call.
+fn guard(server: &EtcdServer, req: &mut Request<Body>) -> Option<Response<Body>> {
+    if server.cfg.client_cert_auth {
+        crate::auth::cert::pass_cert_user(req);
+    }
+    let is_grpc = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if !is_grpc {
+        return Some(gateway::not_served(req.method(), req.uri().path()).map(Body::new));
+    }
+    let allowed = matches!(
+        req.uri().path(),
+        "/etcdserverpb.Maintenance/Status"
+            | "/etcdserverpb.KV/Range"
+            | "/etcdserverpb.Maintenance/Snapshot"
+    );
+    if !allowed && server.is_learner() {
+        let status = error_map::to_status(ServerError::NotSupportedForLearner);
+        return Some(status.into_http::<Body>());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_grpc_services_by_path() {
+        assert_eq!(Grpc::of("/etcdserverpb.KV/Put"), Some(Grpc::Kv));
+        assert_eq!(Grpc::of("/etcdserverpb.KV/Nope"), Some(Grpc::Kv));
+        assert_eq!(Grpc::of("/etcdserverpb.Watch/Watch"), Some(Grpc::Watch));
+        assert_eq!(Grpc::of("/grpc.health.v1.Health/Check"), Some(Grpc::Health));
+        assert_eq!(Grpc::of("/v3lockpb.Lock/Lock"), Some(Grpc::Lock));
+        assert_eq!(
+            Grpc::of("/v3electionpb.Election/Observe"),
+            Some(Grpc::Election)
+        );
+        assert_eq!(Grpc::of("/etcdserverpb.KV"), None);
+        assert_eq!(Grpc::of("/etcdserverpb.Nope/Put"), None);
+        assert_eq!(Grpc::of("/v3/kv/put"), None);
+        assert_eq!(Grpc::of("/health"), None);
+    }
+}
