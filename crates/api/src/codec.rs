@@ -10,6 +10,7 @@
 
 use std::any::Any;
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 use prost::encoding;
 use prost::Message;
@@ -75,6 +76,14 @@ impl<T: Message + 'static> Encoder for ExactEncoder<T> {
     }
 }
 
+/// Hands freed memory back to the system (the server's allocator keeps it
+/// otherwise: a large response's freed values would stay resident while
+/// its encoding grows). Set once by the server.
+pub static RELEASE_MEMORY: OnceLock<fn()> = OnceLock::new();
+
+/// Values dropped between two calls of [`RELEASE_MEMORY`].
+const RELEASE_EVERY: usize = 16 << 20;
+
 /// Encodes a `RangeResponse` as prost would (fields in number order: the
 /// same bytes), dropping each key-value once written: a large unary Range
 /// is in memory about once (the kvs shrink as the encoding grows) rather
@@ -83,8 +92,17 @@ fn encode_range_draining(r: &mut RangeResponse, buf: &mut impl bytes::BufMut) {
     if let Some(h) = &r.header {
         encoding::message::encode(1, h, buf);
     }
+    let mut dropped = 0;
     for kv in r.kvs.drain(..) {
         encoding::message::encode(2, &kv, buf);
+        dropped += kv.value.len();
+        drop(kv);
+        if dropped >= RELEASE_EVERY {
+            dropped = 0;
+            if let Some(release) = RELEASE_MEMORY.get() {
+                release();
+            }
+        }
     }
     if r.more {
         encoding::bool::encode(3, &r.more, buf);

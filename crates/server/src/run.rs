@@ -124,6 +124,9 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         }));
     }
 
+    // a large unary Range's freed values go back to the system while its
+    // encoding grows (retcd_api::codec)
+    let _ = retcd_api::codec::RELEASE_MEMORY.set(crate::release_freed_memory);
     let (health_reporter, _) = tonic_health::server::health_reporter();
     let health_service = tonic_health::pb::health_server::HealthServer::new(
         tonic_health::server::HealthService::from_health_reporter(health_reporter.clone()),
