@@ -49,7 +49,6 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
-use retcd_api::retcdpb::KeyValueHead;
 use retcd_storage::backend::{
     commit_with, Backend, CommitPolicy, ReadSnapshot, ALARM, AUTH, KEY, LEASES, MEMBERS, META,
 };
@@ -190,9 +189,9 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
         }
         last = r;
         // the row without its value: no copy of the value per row
-        let kv: KeyValueHead = range::decode_row(v.value(), r)?;
+        let kv = range::decode_row_head(v.value(), r)?;
         rev = r.main;
-        let ki = index.key_index_entry(&kv.key);
+        let ki = index.key_index_entry(kv.key);
         if tombstone && ki.generations.is_empty() {
             // The key's only revision left: a compaction at the tombstone
             // kept it (etcd 3.5.18+ restores it, so a watch from there
@@ -342,9 +341,10 @@ impl KvStore {
         let table = snapshot.open_table(KEY)?;
         let mut out = Vec::new();
         for rev in revs {
-            let kv: KeyValueHead = range::decode_row(range::read_row(&table, rev)?.value(), rev)?;
+            let row = range::read_row(&table, rev)?;
+            let kv = range::decode_row_head(row.value(), rev)?;
             if kv.lease != 0 {
-                out.push((kv.key, kv.lease));
+                out.push((kv.key.to_vec(), kv.lease));
             }
         }
         Ok(out)

@@ -105,6 +105,58 @@ pub(crate) fn decode_row<M: Message + Default>(row: &[u8], rev: Revision) -> Res
     M::decode(row).map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))
 }
 
+/// A row's `KeyValue` without its value, the key borrowed from the row.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct RowHead<'a> {
+    pub key: &'a [u8],
+    pub create_revision: i64,
+    pub version: i64,
+    pub lease: i64,
+}
+
+/// Reads a row's head without allocating: the index rebuild and the
+/// lessor's reattachment read every row at start, and a key copied out per
+/// row (then dropped) left the index's own allocations on half-empty pages
+/// (RSS after restarting a 1M-key store 1.5× the RSS before it).
+/// Accepts what prost's decoding of `KeyValueHead` accepts (fields in any
+/// order, the last one of a number wins, unknown fields skipped).
+pub(crate) fn decode_row_head(row: &[u8], rev: Revision) -> Result<RowHead<'_>, MvccError> {
+    use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
+    let bad = |why: &dyn std::fmt::Display| {
+        MvccError::Backend(format!("cannot decode KeyValue at {rev}: {why}"))
+    };
+    let mut head = RowHead::default();
+    let mut buf = row;
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf).map_err(|e| bad(&e))?;
+        let int = |buf: &mut &[u8]| -> Result<i64, MvccError> {
+            if wire != WireType::Varint {
+                return Err(bad(&"invalid wire type"));
+            }
+            decode_varint(buf).map(|v| v as i64).map_err(|e| bad(&e))
+        };
+        match tag {
+            1 => {
+                if wire != WireType::LengthDelimited {
+                    return Err(bad(&"invalid wire type"));
+                }
+                let len = decode_varint(&mut buf).map_err(|e| bad(&e))?;
+                if len > buf.len() as u64 {
+                    return Err(bad(&"buffer underflow"));
+                }
+                let (key, rest) = buf.split_at(len as usize);
+                head.key = key;
+                buf = rest;
+            }
+            2 => head.create_revision = int(&mut buf)?,
+            4 => head.version = int(&mut buf)?,
+            6 => head.lease = int(&mut buf)?,
+            _ => skip_field(wire, tag, &mut buf, DecodeContext::default()).map_err(|e| bad(&e))?,
+        }
+    }
+    Ok(head)
+}
+
 /// Reads the value stored at `rev`.
 pub(crate) fn read_kv<T>(table: &T, rev: Revision) -> Result<KeyValue, MvccError>
 where
@@ -211,4 +263,55 @@ where
         more,
         count: plan.total as i64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use retcd_api::retcdpb::KeyValueHead;
+
+    #[test]
+    fn test_row_head_reads_what_prost_reads() {
+        let rev = Revision::new(5, 0);
+        let rows = [
+            KeyValue::default().encode_to_vec(),
+            KeyValue {
+                key: b"/registry/pods/a".to_vec().into(),
+                value: vec![7; 3000].into(),
+                create_revision: 3,
+                mod_revision: 5,
+                version: 2,
+                lease: 0x1234_5678_9abc,
+            }
+            .encode_to_vec(),
+            KeyValue {
+                key: b"k".to_vec().into(),
+                create_revision: -4,
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            // fields out of order, a repeated one (the last wins) and an
+            // unknown one
+            vec![0x20, 9, 0x0a, 1, b'x', 0x20, 3, 0x38, 1, 0x10, 2],
+        ];
+        for row in rows {
+            let want = KeyValueHead::decode(row.as_slice()).unwrap();
+            let got = decode_row_head(&row, rev).unwrap();
+            assert_eq!(got.key, want.key.as_slice());
+            assert_eq!(
+                (got.create_revision, got.version, got.lease),
+                (want.create_revision, want.version, want.lease)
+            );
+        }
+        // damaged rows are errors, as prost's decoding says
+        for bad in [
+            &[0x0a, 5, b'a'][..],
+            &[0x10][..],
+            &[0x0a][..],
+            &[0x12, 1][..],
+        ] {
+            assert!(KeyValueHead::decode(bad).is_err());
+            assert!(decode_row_head(bad, rev).is_err(), "{bad:?}");
+        }
+    }
 }

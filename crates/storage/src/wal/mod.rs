@@ -19,11 +19,22 @@
 //!
 //! Segments are preallocated to the segment size (`fallocate`, as etcd
 //! does): records are written at the end of the written part, the rest of
-//! the file reads as zeros, and an append changes no file size, so each
-//! `fdatasync` needs no journal commit for it (measured here: ~150 µs per
-//! save instead of ~230 µs). Zeros where a record header would start mark
-//! the end of the log (a header is never all zeros). Where preallocation is
-//! impossible (or the disk is too full for it) a segment grows as written.
+//! the file reads as zeros, and an append changes no file size. Zeros
+//! where a record header would start mark the end of the log (a header is
+//! never all zeros). Where preallocation is impossible (or the disk is too
+//! full for it) a segment grows as written.
+//!
+//! Better still is a segment whose zeros were really written: on ext4 an
+//! fdatasync after an append into a `fallocate`d (unwritten) extent also
+//! writes the extent tree, into written zeros only the data (a 4–110 KiB
+//! append + fdatasync: p50 0.13–0.17 ms instead of 0.26–0.29 ms on this
+//! machine). Once a segment has taken 1 MiB or 1000 synced saves, the next
+//! one is prepared on a background thread (`spare.wal.tmp`: zeros written
+//! and synced 256 KiB at a time, only with four segments' room free); when
+//! it is ready the log moves onto it — at once if the current segment was
+//! not such a spare (the old one is cut to its written length, as etcd's
+//! cut truncates), else when the current one is full. An idle member
+//! prepares nothing; an unfinished spare is removed at the next open.
 //!
 //! # Records
 //!
@@ -87,6 +98,11 @@ use segment::{io_err, SegmentName};
 
 /// Default size after which a new segment is cut: 64 MiB, as in etcd.
 pub const DEFAULT_SEGMENT_SIZE: u64 = 64 * 1024 * 1024;
+
+/// Bytes appended to a segment, or synced saves into it, before the next
+/// one is prepared (an idle member prepares none).
+const SPARE_AFTER: u64 = 1024 * 1024;
+const SPARE_AFTER_SYNCS: u64 = 1000;
 
 /// One log entry. `data` is the caller's encoding of the raft entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -201,6 +217,14 @@ pub struct Wal {
     no_fsync: bool,
     /// Set after a failed write or sync: the file state is unknown.
     failed: bool,
+    /// The next segment, being prepared (zero-filled) in the background.
+    spare: Option<segment::Spare>,
+    /// The current segment was a prepared spare (its zeros are written).
+    zeroed: bool,
+    /// Bytes this handle appended to the current segment, and the synced
+    /// saves among those appends.
+    appended: u64,
+    appended_syncs: u64,
 }
 
 impl Wal {
@@ -243,6 +267,10 @@ impl Wal {
             unsynced: false,
             no_fsync: false,
             failed: false,
+            spare: None,
+            zeroed: false,
+            appended: 0,
+            appended_syncs: 0,
         })
     }
 
@@ -401,6 +429,10 @@ impl Wal {
             unsynced: false,
             no_fsync: false,
             failed: false,
+            spare: None,
+            zeroed: false,
+            appended: 0,
+            appended_syncs: 0,
         };
         Ok((
             wal,
@@ -460,10 +492,7 @@ impl Wal {
         if let Some(hs) = hard_state {
             self.hard_state = Some(hs.to_vec());
         }
-        if self.offset >= self.segment_size {
-            self.cut()?;
-        }
-        Ok(())
+        self.maybe_cut()
     }
 
     /// Appends a snapshot record and fdatasyncs.
@@ -478,7 +507,22 @@ impl Wal {
             seg.min_snapshot = Some(seg.min_snapshot.map_or(snap.index, |m| m.min(snap.index)));
         }
         self.snapshot = Some(snap.clone());
-        if self.offset >= self.segment_size {
+        self.maybe_cut()
+    }
+
+    /// After an append: cuts a new segment when this one is full, or
+    /// early onto a prepared (zero-filled) spare when this one was not
+    /// prepared; starts preparing the next spare once this segment has
+    /// taken [`SPARE_AFTER`] bytes or [`SPARE_AFTER_SYNCS`] synced saves
+    /// (so an idle member writes none).
+    fn maybe_cut(&mut self) -> Result<()> {
+        let prealloc = prealloc_size(self.segment_size);
+        let busy = self.appended >= SPARE_AFTER || self.appended_syncs >= SPARE_AFTER_SYNCS;
+        if prealloc > 0 && self.spare.is_none() && busy {
+            self.spare = Some(segment::Spare::start(&self.dir, prealloc));
+        }
+        let early = !self.zeroed && self.spare.as_mut().is_some_and(|s| s.is_ready());
+        if self.offset >= self.segment_size || early {
             self.cut()?;
         }
         Ok(())
@@ -561,6 +605,8 @@ impl Wal {
         }
         res?;
         self.offset += buf.len() as u64;
+        self.appended += buf.len() as u64;
+        self.appended_syncs += sync as u64;
         self.enc = enc;
         self.unsynced = !sync;
         Ok(())
@@ -623,10 +669,37 @@ impl Wal {
         if let Some(s) = &self.snapshot {
             enc.snapshot(&mut buf, s)?;
         }
-        let (file, syncs) =
-            segment::create(&self.dir, &name, &buf, prealloc_size(self.segment_size))?;
+        // An early cut leaves the old segment's preallocated tail: cut it
+        // off (as etcd's cut truncates), so it takes no disk.
+        let len = self
+            .file
+            .metadata()
+            .map_err(io_err(format!("stat {}", self.current_name())))?
+            .len();
+        if len > self.offset {
+            self.file
+                .set_len(self.offset)
+                .and_then(|()| self.file.sync_data())
+                .map_err(io_err(format!("truncate {}", self.current_name())))?;
+            self.sync_count += 1;
+        }
+        let spare = self.spare.as_mut().and_then(|s| s.take());
+        let zeroed = spare.is_some();
+        let (file, syncs) = match spare {
+            Some(f) => {
+                let syncs = segment::install_spare(&self.dir, &f, &name, &buf)?;
+                (f, syncs)
+            }
+            None => segment::create(&self.dir, &name, &buf, prealloc_size(self.segment_size))?,
+        };
+        if self.spare.as_mut().is_some_and(|s| s.finished()) {
+            self.spare = None;
+        }
         self.sync_count += syncs;
         self.file = file;
+        self.zeroed = zeroed;
+        self.appended = 0;
+        self.appended_syncs = 0;
         self.offset = buf.len() as u64;
         self.enc = enc;
         let min_snapshot = self.snapshot.as_ref().map(|s| s.index);

@@ -933,3 +933,74 @@ fn test_index_gap_refused() {
         Err(WalError::IndexGap { after: 1, found: 3 })
     ));
 }
+
+fn big_ent(index: u64) -> WalEntry {
+    WalEntry {
+        index,
+        term: 1,
+        data: vec![index as u8; 4096],
+    }
+}
+
+/// Once a segment has taken a MiB, a zero-filled spare is prepared in the
+/// background; when it is ready the log moves onto it at once (the old
+/// segment cut to its written length), and everything replays.
+#[test]
+fn test_log_moves_onto_a_prepared_spare() {
+    with_prealloc(4 << 20, || {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(dir.path(), b"m").unwrap();
+        let mut i = 0;
+        // 1.2 MiB: past the point where the spare is started
+        while i < 300 {
+            i += 1;
+            w.save(None, &[big_ent(i)]).unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while segment_paths(dir.path()).len() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no switch to the spare"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            i += 1;
+            w.save(None, &[big_ent(i)]).unwrap();
+        }
+        let segs = segment_paths(dir.path());
+        assert!(w.zeroed, "the current segment is the prepared spare");
+        assert_eq!(file_len(&segs[1]), 4 << 20, "the spare is the whole size");
+        assert!(
+            file_len(&segs[0]) < 4 << 20 && file_len(&segs[0]) > i * 4096 / 2,
+            "the old segment is cut to what was written: {}",
+            file_len(&segs[0])
+        );
+        assert!(!dir.path().join(segment::SPARE_NAME).exists());
+        for _ in 0..10 {
+            i += 1;
+            w.save(Some(b"hs"), &[big_ent(i)]).unwrap();
+        }
+        drop(w);
+        let (_, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries, (1..=i).map(big_ent).collect::<Vec<_>>());
+        assert_eq!(c.hard_state.as_deref(), Some(&b"hs"[..]));
+    });
+}
+
+/// A log dropped while its spare is prepared: the next open removes the
+/// unfinished spare and replays everything.
+#[test]
+fn test_unfinished_spare_is_removed_at_open() {
+    with_prealloc(64 << 20, || {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(dir.path(), b"m").unwrap();
+        for i in 1..=300 {
+            w.save(None, &[big_ent(i)]).unwrap();
+        }
+        assert!(w.spare.is_some(), "the spare is being prepared");
+        drop(w);
+        let (_, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries, (1..=300).map(big_ent).collect::<Vec<_>>());
+        assert!(!dir.path().join(segment::SPARE_NAME).exists());
+        assert_eq!(segment_paths(dir.path()).len(), 1);
+    });
+}
