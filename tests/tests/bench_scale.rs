@@ -346,3 +346,82 @@ async fn bench_scale_measures_every_kind_on_both_servers() {
     })
     .await;
 }
+
+/// The `compaction` kind (a store of N keys × R revisions compacted at its
+/// head while puts go on) on both servers, and `--lists none` (keys: the
+/// fill, memory and restart only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_scale_compaction_and_keys_without_lists() {
+    bounded(LIMIT, async {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let (etcd, retcd) = (etcd_bin(), retcd_bin());
+        let out = bench(
+            tmp.path(),
+            "compaction",
+            &[
+                "-w",
+                "json",
+                "compare",
+                "--runs",
+                "1",
+                "--scale",
+                "compaction,keys",
+                "--sizes",
+                "compaction=300,keys=100",
+                "--compact-revisions",
+                "3",
+                "--put-rate",
+                "200",
+                "--lists",
+                "none",
+                "--etcd-bin",
+                etcd.to_str().unwrap(),
+                "--retcd-bin",
+                retcd.to_str().unwrap(),
+                "--data-root",
+                tmp.path().to_str().unwrap(),
+            ],
+        )
+        .await;
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let points = v["points"].as_array().expect("points");
+        assert_eq!(points.len(), 4, "2 kinds × 2 servers: {v:#}");
+        for flavor in ["etcd", "retcd"] {
+            let p = points
+                .iter()
+                .find(|p| p["kind"] == "compaction" && p["flavor"] == flavor)
+                .unwrap_or_else(|| panic!("no {flavor} compaction point: {v:#}"));
+            assert!(p["error"].is_null(), "{flavor}: {}", p["error"]);
+            let c = &p["compaction"];
+            assert_eq!(c["keys"], 300, "{c:#}");
+            assert_eq!(c["revisions"], 3, "{c:#}");
+            assert_eq!(c["fill_puts"], 900, "{c:#}");
+            assert_eq!(c["fill_errors"], 0, "{c:#}");
+            assert_eq!(c["revisions_removed"], 600, "{c:#}");
+            // the head: the fill's 900 puts after revision 1, and the puts
+            // that ran before the compaction was asked
+            assert!(c["compact_revision"].as_i64().unwrap_or(0) > 901, "{c:#}");
+            assert_eq!(c["put_errors"], 0, "{c:#}");
+            for m in ["fill_puts_per_sec", "rss_filled_bytes", "compact_secs"] {
+                positive(c, m);
+            }
+            for m in ["put_p99_ms", "put_max_ms", "server_cpu_secs", "puts"] {
+                non_negative(c, m);
+            }
+            assert!(f64_of(&c["put_max_ms"], "max") >= f64_of(&c["put_p99_ms"], "p99"));
+
+            let k = points
+                .iter()
+                .find(|p| p["kind"] == "keys" && p["flavor"] == flavor)
+                .unwrap_or_else(|| panic!("no {flavor} keys point: {v:#}"));
+            assert!(k["error"].is_null(), "{flavor}: {}", k["error"]);
+            let k = &k["keys"];
+            assert_eq!(k["fill_puts"], 100, "{k:#}");
+            for mode in ["list_unary", "list_paginated", "list_stream"] {
+                assert_eq!(k[mode]["status"], "skipped", "{mode}: {k:#}");
+            }
+            positive(&k["restart"], "ready_secs");
+        }
+    })
+    .await;
+}

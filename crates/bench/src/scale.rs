@@ -44,6 +44,7 @@ use tonic::transport::Channel;
 use crate::compare::{
     median, ratio, settle_disk, start_with_port_retry, CompareArgs, Flavor, Servers,
 };
+use crate::report::Report;
 use crate::report::{process_cpu_secs, rss_bytes};
 use crate::runner::{self, connect, connect_channels, ConnOpts, Drive};
 use crate::watch::{self, WatchOpts};
@@ -55,16 +56,23 @@ pub enum ScaleKind {
     Keys,
     Watchers,
     Leases,
+    Compaction,
 }
 
 impl ScaleKind {
-    pub const ALL: [ScaleKind; 3] = [ScaleKind::Keys, ScaleKind::Watchers, ScaleKind::Leases];
+    pub const ALL: [ScaleKind; 4] = [
+        ScaleKind::Keys,
+        ScaleKind::Watchers,
+        ScaleKind::Leases,
+        ScaleKind::Compaction,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             ScaleKind::Keys => "keys",
             ScaleKind::Watchers => "watchers",
             ScaleKind::Leases => "leases",
+            ScaleKind::Compaction => "compaction",
         }
     }
 
@@ -73,7 +81,7 @@ impl ScaleKind {
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                format!("{s:?} is neither a scale factor nor a scale kind (keys, watchers, leases)")
+                format!("{s:?} is neither a scale factor nor a scale kind (keys, watchers, leases, compaction)")
             })
     }
 
@@ -82,6 +90,7 @@ impl ScaleKind {
         match self {
             ScaleKind::Keys => vec![10_000, 100_000, 1_000_000],
             ScaleKind::Watchers | ScaleKind::Leases => vec![1_000, 10_000, 100_000],
+            ScaleKind::Compaction => vec![100_000],
         }
     }
 }
@@ -126,6 +135,14 @@ pub struct ScaleOpts {
     /// Give up on one scale point (one server, one size) after this many seconds.
     #[arg(long, default_value_t = 3600)]
     pub point_timeout: u64,
+    /// keys: the lists to run, of `paginated`, `stream`, `unary` (comma
+    /// list or repeated), or `none` (the fill, memory and restart only).
+    #[arg(long, value_delimiter = ',', default_value = "paginated,stream,unary")]
+    pub lists: Vec<String>,
+    /// compaction: puts per key of the fill; the compaction then removes
+    /// all but the last (N × (this − 1) revisions).
+    #[arg(long, default_value_t = 10)]
+    pub compact_revisions: u64,
 }
 
 /// `10000`, `10k`, `1m` → a number.
@@ -221,6 +238,8 @@ pub struct ScalePoint {
     pub watchers: Option<WatchersResult>,
     #[serde(default)]
     pub leases: Option<LeasesResult>,
+    #[serde(default)]
+    pub compaction: Option<CompactionResult>,
 }
 
 /// The `keys` measures.
@@ -261,6 +280,8 @@ pub enum ListStatus {
     Unsupported,
     /// It failed, or returned another number of keys than were written.
     Error,
+    /// Not run (`--lists`).
+    Skipped,
 }
 
 /// One way of listing every key.
@@ -291,6 +312,23 @@ pub struct ListResult {
     /// This client's CPU seconds during the list (receiving and decoding).
     #[serde(default)]
     pub client_cpu_secs: Option<f64>,
+}
+
+impl ListResult {
+    fn skipped() -> ListResult {
+        ListResult {
+            status: ListStatus::Skipped,
+            error: None,
+            wall_secs: None,
+            keys_received: None,
+            responses: None,
+            rss_before_bytes: None,
+            rss_peak_bytes: None,
+            rss_growth_bytes: None,
+            server_cpu_secs: None,
+            client_cpu_secs: None,
+        }
+    }
 }
 
 /// A restart on the same data dir and ports.
@@ -360,6 +398,43 @@ pub struct LeasesResult {
     pub sample_errors: u64,
     /// Server VmRSS at the end of the duration, bytes.
     pub rss_bytes: u64,
+}
+
+/// The `compaction` measures: a store of N keys × `--compact-revisions`
+/// puts each is compacted at its head (all but each key's last revision
+/// removed) while puts go on at `--put-rate`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompactionResult {
+    pub keys: u64,
+    pub revisions: u64,
+    pub value_size: usize,
+    pub fill_puts: u64,
+    pub fill_errors: u64,
+    pub fill_secs: f64,
+    pub fill_puts_per_sec: f64,
+    /// Server VmRSS once filled, bytes.
+    pub rss_filled_bytes: u64,
+    /// The revision compacted at (the head when the compaction was asked).
+    pub compact_revision: i64,
+    /// Revisions the compaction removes: N × (revisions − 1).
+    pub revisions_removed: u64,
+    /// `Compact` with `physical` asked → answered (the deletion finished),
+    /// seconds.
+    pub compact_secs: f64,
+    pub put_rate: f64,
+    /// Puts sent while the compaction ran, those that failed, and their
+    /// latency (send → answer): p50, p99, max, and how many took over 50 ms.
+    pub puts: u64,
+    pub put_errors: u64,
+    pub put_p50_ms: f64,
+    pub put_p99_ms: f64,
+    pub put_max_ms: f64,
+    pub puts_over_50ms: u64,
+    /// Server CPU seconds while the compaction ran.
+    pub server_cpu_secs: f64,
+    /// Server VmRSS peak while the compaction ran, and after it, bytes.
+    pub rss_peak_bytes: u64,
+    pub rss_after_bytes: u64,
 }
 
 /// The binaries of the run and their `--version` lines.
@@ -465,6 +540,7 @@ async fn run_point(
         keys: None,
         watchers: None,
         leases: None,
+        compaction: None,
     };
     let o = &a.scale_opts;
     let measure = async {
@@ -473,6 +549,9 @@ async fn run_point(
             ScaleKind::Keys => p.keys = Some(keys_point(&mut servers, size, o).await?),
             ScaleKind::Watchers => p.watchers = Some(watchers_point(&servers, size, o).await?),
             ScaleKind::Leases => p.leases = Some(leases_point(&servers, size, o).await?),
+            ScaleKind::Compaction => {
+                p.compaction = Some(compaction_point(&servers, size, o).await?)
+            }
         }
         anyhow::Ok(())
     };
@@ -508,36 +587,7 @@ const KEY_PREFIX_END: &[u8] = b"/registry/pods0";
 /// The `keys` point: fill, memory, three lists, restart.
 async fn keys_point(s: &mut Servers, n: u64, o: &ScaleOpts) -> Result<KeysResult> {
     let revisions = o.revisions.max(1);
-    let clients = connect(&conn_opts(s, 10)).await?;
-    let val = Arc::new(vec![b'v'; o.value_size]);
-    let d = Drive {
-        clients: 100,
-        total: n * revisions,
-        rate: 0.0,
-        progress: false,
-    };
-    // Put i writes key i mod n: every key once per revision pass.
-    let fill = runner::run("fill", &d, |c| {
-        let kv = clients[c % clients.len()].kv_client();
-        let val = val.clone();
-        move |i| {
-            let mut kv = kv.clone();
-            let key = key_name(i % n);
-            let val = (*val).clone();
-            async move {
-                kv.put(key, val, None).await?;
-                Ok(())
-            }
-        }
-    })
-    .await;
-    drop(clients);
-    if fill.requests == 0 {
-        bail!(
-            "every fill put failed: {}",
-            fill.first_error.as_deref().unwrap_or("?")
-        );
-    }
+    let fill = fill(s, n, revisions, o.value_size).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_filled_bytes = s.max_rss();
 
@@ -545,9 +595,22 @@ async fn keys_point(s: &mut Servers, n: u64, o: &ScaleOpts) -> Result<KeysResult
     let kv = KvClient::new(ch)
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
-    let list_paginated = measure_list(s, n, list_paginated(kv.clone())).await;
-    let list_stream = measure_list(s, n, list_stream(kv.clone())).await;
-    let list_unary = measure_list(s, n, list_unary(kv.clone())).await;
+    let wanted = |name: &str| o.lists.iter().any(|l| l.trim() == name);
+    let list_paginated = if wanted("paginated") {
+        measure_list(s, n, list_paginated(kv.clone())).await
+    } else {
+        ListResult::skipped()
+    };
+    let list_stream = if wanted("stream") {
+        measure_list(s, n, list_stream(kv.clone())).await
+    } else {
+        ListResult::skipped()
+    };
+    let list_unary = if wanted("unary") {
+        measure_list(s, n, list_unary(kv.clone())).await
+    } else {
+        ListResult::skipped()
+    };
     drop(kv);
 
     let restart = restart(s).await?;
@@ -568,6 +631,169 @@ async fn keys_point(s: &mut Servers, n: u64, o: &ScaleOpts) -> Result<KeysResult
         list_unary,
         restart,
     })
+}
+
+/// Writes `n` keys `revisions` times each (put i writes key i mod n: every
+/// key once per pass), 100 clients on 10 connections.
+async fn fill(s: &Servers, n: u64, revisions: u64, value_size: usize) -> Result<Report> {
+    let clients = connect(&conn_opts(s, 10)).await?;
+    let val = Arc::new(vec![b'v'; value_size]);
+    let d = Drive {
+        clients: 100,
+        total: n * revisions,
+        rate: 0.0,
+        progress: false,
+    };
+    let fill = runner::run("fill", &d, |c| {
+        let kv = clients[c % clients.len()].kv_client();
+        let val = val.clone();
+        move |i| {
+            let mut kv = kv.clone();
+            let key = key_name(i % n);
+            let val = (*val).clone();
+            async move {
+                kv.put(key, val, None).await?;
+                Ok(())
+            }
+        }
+    })
+    .await;
+    if fill.requests == 0 {
+        bail!(
+            "every fill put failed: {}",
+            fill.first_error.as_deref().unwrap_or("?")
+        );
+    }
+    Ok(fill)
+}
+
+/// The `compaction` point: fill N keys × `--compact-revisions`, then compact
+/// at the head (`physical`: answered once the deletion is done) while 10
+/// clients put at `--put-rate` to the same keys; every put's latency.
+async fn compaction_point(s: &Servers, n: u64, o: &ScaleOpts) -> Result<CompactionResult> {
+    let revisions = o.compact_revisions.max(2);
+    let fill = fill(s, n, revisions, o.value_size).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_filled_bytes = s.max_rss();
+
+    let ch = connect_channels(&conn_opts(s, 1)).await?.remove(0);
+    let mut kv = KvClient::new(ch);
+    // The puts run before, during and after the compaction; only those
+    // sent while it ran count.
+    let load = PutLoad::start(s, n, o.put_rate, o.value_size).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let head = kv
+        .range(RangeRequest {
+            key: KEY_PREFIX.to_vec(),
+            limit: 1,
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .header
+        .map(|h| h.revision)
+        .unwrap_or(0);
+    let pid = s.pids()[0];
+    let sampler = RssSampler::start(pid, Duration::from_millis(20));
+    let cpu0 = s.cpu_secs();
+    let started = Instant::now();
+    let compacted = kv
+        .compact(retcd_api::etcdserverpb::CompactionRequest {
+            revision: head,
+            physical: true,
+        })
+        .await;
+    let done = Instant::now();
+    let server_cpu_secs = s.cpu_secs() - cpu0;
+    let rss_peak_bytes = sampler.stop().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lat = load.stop().await;
+    compacted.context("compact")?;
+    let during: Vec<(f64, bool)> = lat
+        .iter()
+        .filter(|(sent, _, _)| *sent >= started && *sent <= done)
+        .map(|(_, ms, ok)| (*ms, *ok))
+        .collect();
+    let mut ok: Vec<f64> = during.iter().filter(|d| d.1).map(|d| d.0).collect();
+    ok.sort_by(f64::total_cmp);
+    let pct = |q: f64| -> f64 {
+        if ok.is_empty() {
+            return 0.0;
+        }
+        ok[((q / 100.0) * (ok.len() - 1) as f64).round() as usize]
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(CompactionResult {
+        keys: n,
+        revisions,
+        value_size: o.value_size,
+        fill_puts: fill.requests,
+        fill_errors: fill.errors,
+        fill_secs: fill.total_secs,
+        fill_puts_per_sec: fill.ops_per_sec,
+        rss_filled_bytes,
+        compact_revision: head,
+        revisions_removed: n * (revisions - 1),
+        compact_secs: (done - started).as_secs_f64(),
+        put_rate: o.put_rate,
+        puts: during.len() as u64,
+        put_errors: during.iter().filter(|d| !d.1).count() as u64,
+        put_p50_ms: pct(50.0),
+        put_p99_ms: pct(99.0),
+        put_max_ms: ok.last().copied().unwrap_or(0.0),
+        puts_over_50ms: ok.iter().filter(|&&ms| ms > 50.0).count() as u64,
+        server_cpu_secs,
+        rss_peak_bytes,
+        rss_after_bytes: s.max_rss(),
+    })
+}
+
+/// Puts at a steady rate from 10 clients (put i is sent at start + i/rate,
+/// to key i mod n), recording when each was sent, its latency in ms and
+/// whether it succeeded, until stopped.
+struct PutLoad {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<(Instant, f64, bool)>>>,
+}
+
+impl PutLoad {
+    async fn start(s: &Servers, n: u64, rate: f64, value_size: usize) -> Result<PutLoad> {
+        let clients = connect(&conn_opts(s, 10)).await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let next = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let rate = rate.max(1.0);
+        let val = vec![b'c'; value_size];
+        let tasks = clients
+            .into_iter()
+            .map(|c| {
+                let (stop, next, val) = (stop.clone(), next.clone(), val.clone());
+                let mut kv = c.kv_client();
+                tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate))
+                            .await;
+                        let sent = Instant::now();
+                        let ok = kv.put(key_name(i % n), val.clone(), None).await.is_ok();
+                        out.push((sent, sent.elapsed().as_secs_f64() * 1e3, ok));
+                    }
+                    out
+                })
+            })
+            .collect();
+        Ok(PutLoad { stop, tasks })
+    }
+
+    async fn stop(self) -> Vec<(Instant, f64, bool)> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        for t in self.tasks {
+            all.extend(t.await.unwrap_or_default());
+        }
+        all
+    }
 }
 
 /// What a list got back.
@@ -1091,6 +1317,7 @@ fn print_point(p: &ScalePoint) {
     if let Some(k) = &p.keys {
         let l = |r: &ListResult| match r.status {
             ListStatus::Unsupported => "unsupported".to_string(),
+            ListStatus::Skipped => "skipped".to_string(),
             _ => format!(
                 "{:.3} s{}",
                 r.wall_secs.unwrap_or(f64::NAN),
@@ -1110,6 +1337,22 @@ fn print_point(p: &ScalePoint) {
             l(&k.list_stream),
             k.restart.ready_secs,
             k.restart.rss_after_bytes as f64 / MIB
+        );
+    }
+    if let Some(c) = &p.compaction {
+        eprintln!(
+            "{tag} {} revisions: fill {:.0} puts/s, RSS {:.1} MiB; compaction of {} revisions at {} took {:.2} s; {} puts meanwhile: p99 {:.2} ms max {:.1} ms, {} over 50 ms, {} failed",
+            c.keys * c.revisions,
+            c.fill_puts_per_sec,
+            c.rss_filled_bytes as f64 / MIB,
+            c.revisions_removed,
+            c.compact_revision,
+            c.compact_secs,
+            c.puts,
+            c.put_p99_ms,
+            c.put_max_ms,
+            c.puts_over_50ms,
+            c.put_errors
         );
     }
     if let Some(w) = &p.watchers {
@@ -1293,6 +1536,36 @@ const LEASES: [(&str, usize, Measure); 5] = [
     }),
 ];
 
+const COMPACTION: [(&str, usize, Measure); 8] = [
+    ("fill puts/s", 0, |p| {
+        num(p.compaction.as_ref().map(|c| c.fill_puts_per_sec))
+    }),
+    ("RSS filled MiB", 1, |p| {
+        num(p
+            .compaction
+            .as_ref()
+            .map(|c| c.rss_filled_bytes as f64 / MIB))
+    }),
+    ("compaction s", 2, |p| {
+        num(p.compaction.as_ref().map(|c| c.compact_secs))
+    }),
+    ("put p99 ms", 2, |p| {
+        num(p.compaction.as_ref().map(|c| c.put_p99_ms))
+    }),
+    ("put max ms", 1, |p| {
+        num(p.compaction.as_ref().map(|c| c.put_max_ms))
+    }),
+    ("puts > 50 ms", 0, |p| {
+        num(p.compaction.as_ref().map(|c| c.puts_over_50ms as f64))
+    }),
+    ("server CPU s", 2, |p| {
+        num(p.compaction.as_ref().map(|c| c.server_cpu_secs))
+    }),
+    ("RSS peak MiB", 1, |p| {
+        num(p.compaction.as_ref().map(|c| c.rss_peak_bytes as f64 / MIB))
+    }),
+];
+
 /// A markdown table: a row per size, for each measure etcd, retcd and the
 /// ratio retcd/etcd (medians over runs).
 fn print_table(
@@ -1377,6 +1650,13 @@ fn print_tables(kind: ScaleKind, sizes: &[u64], points: &[ScalePoint]) {
         }
         ScaleKind::Watchers => print_table("watchers", kind, sizes, points, &WATCHERS),
         ScaleKind::Leases => print_table("leases", kind, sizes, points, &LEASES),
+        ScaleKind::Compaction => print_table(
+            "compaction of all but each key's last revision, under puts",
+            kind,
+            sizes,
+            points,
+            &COMPACTION,
+        ),
     }
     let mut errors = Vec::new();
     for p in points.iter().filter(|p| p.kind == kind) {
@@ -1409,6 +1689,14 @@ fn print_tables(kind: ScaleKind, sizes: &[u64], points: &[ScalePoint]) {
                         l.error.as_deref().unwrap_or("?")
                     ));
                 }
+            }
+        }
+        if let Some(c) = &p.compaction {
+            if c.fill_errors > 0 || c.put_errors > 0 {
+                errors.push(format!(
+                    "{tag}: {} fill puts and {} puts during the compaction failed",
+                    c.fill_errors, c.put_errors
+                ));
             }
         }
         if let Some(w) = &p.watchers {
@@ -1453,6 +1741,8 @@ mod tests {
             duration: 30.0,
             plot: None,
             point_timeout: 3600,
+            lists: vec!["paginated".into(), "stream".into(), "unary".into()],
+            compact_revisions: 10,
         }
     }
 

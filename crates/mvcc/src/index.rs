@@ -195,6 +195,50 @@ impl TreeIndex {
         available
     }
 
+    /// [`TreeIndex::compact`] for at most `n` keys from `from` on
+    /// (exclusive; None: from the first key), adding their kept revisions
+    /// to `keep`. Returns the last key it compacted when keys remain after
+    /// it, None when it reached the end. Compacting chunk by chunk gives
+    /// the same index and keep set as one `compact`; the compactor releases
+    /// the index lock between chunks.
+    pub fn compact_chunk(
+        &mut self,
+        rev: i64,
+        from: Option<&[u8]>,
+        n: usize,
+        keep: &mut HashSet<Revision>,
+    ) -> Option<Vec<u8>> {
+        use std::ops::Bound;
+        let lower = match from {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        let mut empty = Vec::new();
+        let mut last = None;
+        let mut seen = 0;
+        for (k, ki) in self.tree.range_mut::<[u8], _>((lower, Bound::Unbounded)) {
+            if seen == n {
+                break;
+            }
+            seen += 1;
+            ki.compact(rev, keep);
+            if ki.is_empty() {
+                empty.push(k.clone());
+            }
+            last = Some(k.clone());
+        }
+        let more = last.and_then(|l| {
+            self.tree
+                .range::<[u8], _>((Bound::Excluded(l.as_slice()), Bound::Unbounded))
+                .next()
+                .map(|_| l)
+        });
+        for k in empty {
+            self.tree.remove(&k);
+        }
+        more
+    }
+
     /// What `compact(rev)` would return, without changing anything.
     pub fn keep(&self, rev: i64) -> HashSet<Revision> {
         let mut available = HashSet::new();
@@ -211,6 +255,36 @@ mod tests {
 
     fn r(main: i64) -> Revision {
         Revision::new(main, 0)
+    }
+
+    #[test]
+    fn test_compact_in_chunks_is_one_compact() {
+        let mut one = TreeIndex::new();
+        for i in 0..50u8 {
+            let k = [b'k', i];
+            one.put(&k, r(10 + i as i64 * 3));
+            one.put(&k, r(11 + i as i64 * 3));
+            if i % 3 == 0 {
+                one.tombstone(&k, r(12 + i as i64 * 3)).unwrap();
+            }
+        }
+        for rev in [5, 40, 90, 200] {
+            for n in [1, 7, 50, 100] {
+                let mut whole = one.clone();
+                let want = whole.compact(rev);
+                let mut chunked = one.clone();
+                let mut keep = HashSet::new();
+                let mut from: Option<Vec<u8>> = None;
+                let mut chunks = 0;
+                while let Some(k) = chunked.compact_chunk(rev, from.as_deref(), n, &mut keep) {
+                    from = Some(k);
+                    chunks += 1;
+                    assert!(chunks <= 50, "no progress");
+                }
+                assert_eq!(keep, want, "rev {rev} n {n}");
+                assert_eq!(chunked.tree, whole.tree, "rev {rev} n {n}");
+            }
+        }
     }
 
     #[test]

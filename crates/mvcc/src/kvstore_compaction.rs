@@ -5,11 +5,14 @@
 //! 1. **Apply** ([`WriteBatch::compact`], raft thread): check the revision
 //!    (`Compacted` / `FutureRev`), write `scheduledCompactRev` in the batch,
 //!    and raise the batch's compaction revision. Nothing is deleted here.
-//! 2. **Commit** (`KvStore::publish`): the in-memory index is compacted
-//!    (readers never see an index ahead of their snapshot); that returns
-//!    the *keep* set — for each key the revision `<= rev` still needed to
-//!    read at `rev`. `(rev, keep)` is queued for the compactor.
-//! 3. **Compactor** (one OS thread per store, `mvcc-compactor`): scans the
+//! 2. **Commit** (`KvStore::publish`): the compaction revision is
+//!    published (readers refuse anything below it from now on) and `rev`
+//!    is queued for the compactor.
+//! 3. **Compactor** (one OS thread per store, `mvcc-compactor`): compacts
+//!    the in-memory index, 10 000 keys per hold of its write lock, which
+//!    gives the *keep* set — for each key the revision `<= rev` still
+//!    needed to read at `rev` (what is at or above the published
+//!    compaction revision reads the same before and after). Then it scans the
 //!    `key` table below `rev + 1` in batches of `batch_limit` rows (etcd:
 //!    1000), deletes the rows not in *keep*, commits each batch as its own
 //!    backend write transaction (under the batch lock, so it interleaves
@@ -61,6 +64,9 @@ pub const DEFAULT_COMPACTION_BATCH_LIMIT: usize = 1000;
 /// Pause between deletion batches (etcd's `--experimental-compaction-sleep-interval`).
 pub const DEFAULT_COMPACTION_SLEEP_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Keys of the index compacted per hold of its write lock (a few ms).
+const INDEX_CHUNK: usize = 10_000;
+
 /// At least this often a deletion batch is committed durably.
 const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
@@ -101,7 +107,8 @@ impl Default for CompactionConfig {
 /// Receives the compactor's measurements (the server turns them into
 /// etcd's `etcd_debugging_mvcc_db_compaction_*` metrics).
 pub trait CompactionObserver: Send + Sync {
-    /// The in-memory index was compacted (on the apply thread, at commit).
+    /// The in-memory index was compacted (by the compactor, in chunks):
+    /// how long it held the index's write lock in all.
     fn index_compacted(&self, _pause: Duration) {}
     /// One deletion batch was committed: how long it held the backend's
     /// writer (the batch lock), and how many rows it deleted.
@@ -151,7 +158,9 @@ impl CompactionMark {
 /// One queued compaction.
 pub(crate) struct Job {
     pub(crate) rev: i64,
-    pub(crate) keep: HashSet<Revision>,
+    /// The revisions at or below `rev` still needed (None: the compactor
+    /// compacts the index first, which gives them).
+    pub(crate) keep: Option<HashSet<Revision>>,
     /// The store's `restores` count when the job was made: a
     /// `restore_from` since then makes it stale.
     pub(crate) epoch: u64,
@@ -188,6 +197,7 @@ impl Stop {
 pub(crate) struct CompactorCtx {
     pub(crate) backend: Arc<Backend>,
     pub(crate) batch_lock: Arc<Mutex<()>>,
+    pub(crate) index: Arc<RwLock<crate::index::TreeIndex>>,
     pub(crate) published: Arc<RwLock<Published>>,
     pub(crate) restores: Arc<AtomicU64>,
 }
@@ -271,12 +281,6 @@ impl Compactor {
         *self.observer.write() = Some(o);
     }
 
-    pub(crate) fn observe_index(&self, pause: Duration) {
-        if let Some(o) = self.observer.read().as_ref() {
-            o.index_compacted(pause);
-        }
-    }
-
     /// Stops the thread after its current batch and waits for it. Queued
     /// work is left to the next open (scheduled > finished).
     pub(crate) fn shutdown(&self) {
@@ -325,9 +329,46 @@ impl Worker {
         }
     }
 
-    fn run_job(&mut self, job: Job) -> Result<Outcome, MvccError> {
+    /// Compacts the index at `rev`, [`INDEX_CHUNK`] keys per hold of its
+    /// lock; the keep set (None: stopped or stale).
+    fn compact_index(&self, job: &Job) -> Option<HashSet<Revision>> {
+        let mut keep = HashSet::new();
+        let mut from: Option<Vec<u8>> = None;
+        let mut held = Duration::ZERO;
+        loop {
+            if self.stop.is_set() {
+                return None;
+            }
+            let mut index = self.ctx.index.write();
+            if self.ctx.restores.load(Ordering::SeqCst) != job.epoch {
+                return None;
+            }
+            let t = Instant::now();
+            let next = index.compact_chunk(job.rev, from.as_deref(), INDEX_CHUNK, &mut keep);
+            held += t.elapsed();
+            drop(index);
+            match next {
+                Some(k) => from = Some(k),
+                None => break,
+            }
+        }
+        if let Some(o) = self.observer.read().as_ref() {
+            o.index_compacted(held);
+        }
+        Some(keep)
+    }
+
+    fn run_job(&mut self, mut job: Job) -> Result<Outcome, MvccError> {
         self.seq += 1;
         let started = Instant::now();
+        let keep = match job.keep.take() {
+            Some(k) => k,
+            None => match self.compact_index(&job) {
+                Some(k) => k,
+                None if self.stop.is_set() => return Ok(Outcome::Stopped),
+                None => return Ok(Outcome::Stale),
+            },
+        };
         let end = Revision::new(job.rev + 1, 0).to_bytes().to_vec();
         let mut cursor: Vec<u8> = Vec::new();
         let mut deleted_total = 0u64;
@@ -361,7 +402,7 @@ impl Worker {
                         let (r, _) = Revision::parse(k.value()).ok_or_else(|| {
                             MvccError::Backend(format!("invalid revision key {:?}", k.value()))
                         })?;
-                        if !job.keep.contains(&r) {
+                        if !keep.contains(&r) {
                             doomed.push(k.value().to_vec());
                         }
                         scanned += 1;
