@@ -215,12 +215,8 @@ impl TreeIndex {
         };
         let mut empty = Vec::new();
         let mut last = None;
-        let mut seen = 0;
-        for (k, ki) in self.tree.range_mut::<[u8], _>((lower, Bound::Unbounded)) {
-            if seen == n {
-                break;
-            }
-            seen += 1;
+        let range = self.tree.range_mut::<[u8], _>((lower, Bound::Unbounded));
+        for (k, ki) in range.take(n) {
             ki.compact(rev, keep);
             if ki.is_empty() {
                 empty.push(k.clone());
