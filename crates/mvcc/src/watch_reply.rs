@@ -103,12 +103,16 @@ impl SharedEvents {
 pub struct WatchReply {
     /// Every field but the shared events.
     pub resp: WatchResponse,
-    shared: Option<SharedEvents>,
+    /// Shared events, after `resp`'s own (several after [`WatchReply::merge`]).
+    shared: Vec<SharedEvents>,
 }
 
 impl From<WatchResponse> for WatchReply {
     fn from(resp: WatchResponse) -> WatchReply {
-        WatchReply { resp, shared: None }
+        WatchReply {
+            resp,
+            shared: Vec::new(),
+        }
     }
 }
 
@@ -118,7 +122,7 @@ impl WatchReply {
         debug_assert!(resp.events.is_empty(), "events either decoded or shared");
         WatchReply {
             resp,
-            shared: Some(shared),
+            shared: vec![shared],
         }
     }
 
@@ -126,23 +130,60 @@ impl WatchReply {
     /// its shared events copied out of the batch's buffer when that buffer
     /// is much larger, so a slow client holds only its own events.
     pub(crate) fn detach(&mut self) {
-        if let Some(s) = &self.shared {
+        for s in &mut self.shared {
             if s.batch.buf.len() > 2 * s.len {
-                self.shared = Some(s.detached());
+                *s = s.detached();
             }
         }
     }
 
+    /// Whether this reply only carries events of its watcher (no creation,
+    /// cancellation, compaction, fragment or progress): such replies of
+    /// one watcher may be merged.
+    pub fn is_events_only(&self) -> bool {
+        let r = &self.resp;
+        !r.created
+            && !r.canceled
+            && !r.fragment
+            && r.compact_revision == 0
+            && r.cancel_reason.is_empty()
+            && self.event_count() > 0
+    }
+
+    /// Appends `later`'s events (the same watcher's next reply) to this
+    /// one, whose header then says `later`'s revision: one response
+    /// instead of two, as etcd sends a catching-up watcher several events
+    /// at once. Refused (`later` given back) unless both carry events only
+    /// and the order of events can be kept (decoded events are written
+    /// before shared ones, so a reply with shared events takes no decoded
+    /// ones after them).
+    pub fn merge(&mut self, later: WatchReply) -> Result<(), WatchReply> {
+        if !self.is_events_only()
+            || !later.is_events_only()
+            || self.resp.watch_id != later.resp.watch_id
+            || (!self.shared.is_empty() && !later.resp.events.is_empty())
+        {
+            return Err(later);
+        }
+        let WatchReply { resp, shared } = later;
+        self.resp.events.extend(resp.events);
+        self.shared.extend(shared);
+        if resp.header.is_some() {
+            self.resp.header = resp.header;
+        }
+        Ok(())
+    }
+
     /// Number of events, decoded and shared.
     pub fn event_count(&self) -> usize {
-        self.resp.events.len() + self.shared.as_ref().map_or(0, |s| s.picks.len())
+        self.resp.events.len() + self.shared.iter().map(|s| s.picks.len()).sum::<usize>()
     }
 
     /// The `WatchResponse` with every event decoded (for in-process readers,
     /// tests and fragmenting).
     pub fn into_response(self) -> WatchResponse {
         let mut resp = self.resp;
-        if let Some(s) = self.shared {
+        for s in self.shared {
             for &i in &s.picks {
                 let mut field = s.batch.span(i);
                 // skip the field's tag and length: the rest is the Event
@@ -160,7 +201,7 @@ impl WatchReply {
 impl Message for WatchReply {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         self.resp.encode_raw(buf);
-        if let Some(s) = &self.shared {
+        for s in &self.shared {
             for &i in &s.picks {
                 buf.put_slice(s.batch.span(i));
             }
@@ -178,12 +219,12 @@ impl Message for WatchReply {
     }
 
     fn encoded_len(&self) -> usize {
-        self.resp.encoded_len() + self.shared.as_ref().map_or(0, |s| s.len)
+        self.resp.encoded_len() + self.shared.iter().map(|s| s.len).sum::<usize>()
     }
 
     fn clear(&mut self) {
         self.resp.clear();
-        self.shared = None;
+        self.shared.clear();
     }
 }
 
@@ -251,7 +292,7 @@ mod tests {
         // detached, it encodes the same from a buffer of its own
         let mut d = reply.clone();
         d.detach();
-        let own = d.shared.as_ref().unwrap();
+        let own = &d.shared[0];
         assert!(!Arc::ptr_eq(&own.batch, &batch));
         assert_eq!(own.batch.buf.len(), own.len);
         assert_eq!(d.encode_to_vec(), plain.encode_to_vec());
@@ -259,5 +300,69 @@ mod tests {
         let r = WatchReply::from(plain.clone());
         assert_eq!(r.encode_to_vec(), plain.encode_to_vec());
         assert_eq!(r.into_response(), plain);
+    }
+
+    /// Merged replies of one watcher encode as one response holding all
+    /// their events, in order, with the later header; other replies are
+    /// not merged.
+    #[test]
+    fn test_merge_replies_of_one_watcher() {
+        let events = [ev("a", "1", None), ev("b", "2", None), ev("c", "3", None)];
+        let mut b1 = EncodedEvents::default();
+        let i0 = b1.push(&events[0]);
+        let mut b2 = EncodedEvents::default();
+        let i1 = b2.push(&events[1]);
+        let (b1, b2) = (Arc::new(b1), Arc::new(b2));
+        let head = |rev: i64| WatchResponse {
+            header: Some(ResponseHeader {
+                revision: rev,
+                ..Default::default()
+            }),
+            watch_id: 4,
+            ..Default::default()
+        };
+        let mut a = WatchReply::with_shared(head(5), SharedEvents::new(b1, vec![i0]));
+        let b = WatchReply::with_shared(head(6), SharedEvents::new(b2, vec![i1]));
+        a.merge(b).unwrap();
+        let want = WatchResponse {
+            events: vec![events[0].clone(), events[1].clone()],
+            ..head(6)
+        };
+        assert_eq!(a.encode_to_vec(), want.encode_to_vec());
+        assert_eq!(a.encoded_len(), want.encoded_len());
+        assert_eq!(a.event_count(), 2);
+        // decoded events may not follow shared ones
+        let decoded = WatchReply::from(WatchResponse {
+            events: vec![events[2].clone()],
+            ..head(7)
+        });
+        let decoded = a.merge(decoded).unwrap_err();
+        // but shared ones may follow decoded ones
+        let mut d = decoded;
+        let mut b3 = EncodedEvents::default();
+        let i2 = b3.push(&events[0]);
+        d.merge(WatchReply::with_shared(
+            head(8),
+            SharedEvents::new(Arc::new(b3), vec![i2]),
+        ))
+        .unwrap();
+        assert_eq!(
+            d.into_response().events,
+            vec![events[2].clone(), events[0].clone()]
+        );
+        // another watcher, a creation, a progress response: no
+        let other = WatchReply::from(WatchResponse {
+            watch_id: 5,
+            events: vec![events[2].clone()],
+            ..head(9)
+        });
+        assert!(a.clone().merge(other).is_err());
+        let created = WatchReply::from(WatchResponse {
+            created: true,
+            ..head(9)
+        });
+        assert!(a.clone().merge(created).is_err());
+        let progress = WatchReply::from(head(9));
+        assert!(a.merge(progress).is_err());
     }
 }
