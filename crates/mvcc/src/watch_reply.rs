@@ -153,17 +153,17 @@ impl WatchReply {
     /// Appends `later`'s events (the same watcher's next reply) to this
     /// one, whose header then says `later`'s revision: one response
     /// instead of two, as etcd sends a catching-up watcher several events
-    /// at once. Refused (`later` given back) unless both carry events only
+    /// at once. Refused (`later` given back, `Some`) unless both carry events only
     /// and the order of events can be kept (decoded events are written
     /// before shared ones, so a reply with shared events takes no decoded
     /// ones after them).
-    pub fn merge(&mut self, later: WatchReply) -> Result<(), WatchReply> {
+    pub fn merge(&mut self, later: WatchReply) -> Option<WatchReply> {
         if !self.is_events_only()
             || !later.is_events_only()
             || self.resp.watch_id != later.resp.watch_id
             || (!self.shared.is_empty() && !later.resp.events.is_empty())
         {
-            return Err(later);
+            return Some(later);
         }
         let WatchReply { resp, shared } = later;
         self.resp.events.extend(resp.events);
@@ -171,7 +171,7 @@ impl WatchReply {
         if resp.header.is_some() {
             self.resp.header = resp.header;
         }
-        Ok(())
+        None
     }
 
     /// Number of events, decoded and shared.
@@ -323,7 +323,7 @@ mod tests {
         };
         let mut a = WatchReply::with_shared(head(5), SharedEvents::new(b1, vec![i0]));
         let b = WatchReply::with_shared(head(6), SharedEvents::new(b2, vec![i1]));
-        a.merge(b).unwrap();
+        assert!(a.merge(b).is_none());
         let want = WatchResponse {
             events: vec![events[0].clone(), events[1].clone()],
             ..head(6)
@@ -336,16 +336,17 @@ mod tests {
             events: vec![events[2].clone()],
             ..head(7)
         });
-        let decoded = a.merge(decoded).unwrap_err();
+        let decoded = a.merge(decoded).expect("refused");
         // but shared ones may follow decoded ones
         let mut d = decoded;
         let mut b3 = EncodedEvents::default();
         let i2 = b3.push(&events[0]);
-        d.merge(WatchReply::with_shared(
-            head(8),
-            SharedEvents::new(Arc::new(b3), vec![i2]),
-        ))
-        .unwrap();
+        assert!(d
+            .merge(WatchReply::with_shared(
+                head(8),
+                SharedEvents::new(Arc::new(b3), vec![i2]),
+            ))
+            .is_none());
         assert_eq!(
             d.into_response().events,
             vec![events[2].clone(), events[0].clone()]
@@ -356,13 +357,13 @@ mod tests {
             events: vec![events[2].clone()],
             ..head(9)
         });
-        assert!(a.clone().merge(other).is_err());
+        assert!(a.clone().merge(other).is_some());
         let created = WatchReply::from(WatchResponse {
             created: true,
             ..head(9)
         });
-        assert!(a.clone().merge(created).is_err());
+        assert!(a.clone().merge(created).is_some());
         let progress = WatchReply::from(head(9));
-        assert!(a.merge(progress).is_err());
+        assert!(a.merge(progress).is_some());
     }
 }

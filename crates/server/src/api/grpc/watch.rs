@@ -468,8 +468,8 @@ fn coalesce(batches: Vec<Vec<WatchReply>>) -> Vec<WatchReply> {
         let r = match open.get(&id) {
             Some(&i) if out[i].encoded_len() + r.encoded_len() <= MERGE_BYTES => {
                 match out[i].merge(r) {
-                    Ok(()) => continue,
-                    Err(r) => r,
+                    None => continue,
+                    Some(r) => r,
                 }
             }
             _ => r,
