@@ -1,6 +1,7 @@
 //! `retcd-bench compare --scale` works end to end at tiny sizes against a
 //! real etcd and retcd that it starts itself: every scale kind (keys,
-//! watchers, leases) on both servers, one run. Its JSON has every measure,
+//! watchers, leases, compaction, soak) on both servers, one run. Its JSON
+//! has every measure,
 //! every key comes back from every list the server has (retcd has
 //! `KV.RangeStream`; etcd before 3.7 answers UNIMPLEMENTED, recorded as
 //! unsupported), every watcher sees every put, no lease kept alive
@@ -421,6 +422,71 @@ async fn bench_scale_compaction_and_keys_without_lists() {
                 assert_eq!(k[mode]["status"], "skipped", "{mode}: {k:#}");
             }
             positive(&k["restart"], "ready_secs");
+        }
+    })
+    .await;
+}
+
+/// The `soak` kind (the k8s workload with periodic auto-compaction and a
+/// defrag now and then, sampled per interval) on both servers, briefly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_scale_soak_samples_both_servers() {
+    bounded(LIMIT, async {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let (etcd, retcd) = (etcd_bin(), retcd_bin());
+        let out = bench(
+            tmp.path(),
+            "soak",
+            &[
+                "-w",
+                "json",
+                "compare",
+                "--runs",
+                "1",
+                "--scale",
+                "soak",
+                "--sizes",
+                "6",
+                "--soak-rate",
+                "200",
+                "--soak-interval",
+                "2",
+                "--defrag-every",
+                "3",
+                "--soak-compaction-retention",
+                "2s",
+                "--etcd-bin",
+                etcd.to_str().unwrap(),
+                "--retcd-bin",
+                retcd.to_str().unwrap(),
+                "--data-root",
+                tmp.path().to_str().unwrap(),
+            ],
+        )
+        .await;
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let points = v["points"].as_array().expect("points");
+        assert_eq!(points.len(), 2, "1 kind × 2 servers: {v:#}");
+        for p in points {
+            assert!(p["error"].is_null(), "{}: {}", p["flavor"], p["error"]);
+            let x = &p["soak"];
+            let samples = x["samples"].as_array().expect("samples");
+            assert!(samples.len() >= 3, "{x:#}");
+            assert_eq!(x["errors"], 0, "{x:#}");
+            assert_eq!(x["defrag_errors"], 0, "{x:#}");
+            assert!(x["defrags"].as_u64().unwrap_or(0) >= 1, "{x:#}");
+            positive(x, "ops");
+            positive(x, "watch_events");
+            positive(x, "rss_max_bytes");
+            for s in samples {
+                positive(s, "ops_per_sec");
+                positive(s, "p99_ms");
+                positive(s, "rss_bytes");
+                positive(s, "db_size_bytes");
+            }
+            for m in ["rss_slope_mib_per_hour", "p99_slope_ms_per_hour"] {
+                assert!(f64_of(&x[m], m).is_finite(), "{x:#}");
+            }
         }
     })
     .await;

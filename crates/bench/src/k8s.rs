@@ -181,140 +181,178 @@ async fn list(kv: &mut KvClient, prefix: &[u8], limit: i64) -> Result<(usize, i6
     }
 }
 
+/// The workload's objects and informers, set up once; [`K8sLoad::run`]
+/// then drives the operations (once for the `k8s` command, interval after
+/// interval for the soak).
+pub struct K8sLoad {
+    world: Arc<World>,
+    nslots: usize,
+    events: Arc<AtomicU64>,
+    watch_tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for K8sLoad {
+    fn drop(&mut self) {
+        for t in &self.watch_tasks {
+            t.abort();
+        }
+    }
+}
+
+impl K8sLoad {
+    /// Creates the initial objects (`d.clients`, at most 64, at a time, not
+    /// timed), then starts the informers: each lists its kind, then watches
+    /// it from the list revision.
+    pub async fn setup(clients: &[Client], d: &Drive, o: &K8sOpts) -> Result<K8sLoad> {
+        if o.kinds.is_empty() {
+            bail!("k8s: no kinds");
+        }
+        let nslots = (o.objects * 2).max(16);
+        let mut value = b"{\"apiVersion\":\"v1\",\"kind\":\"Object\",\"spec\":\"".to_vec();
+        value.resize(o.object_size.max(value.len() + 2) - 2, b'x');
+        value.extend_from_slice(b"\"}");
+        let world = Arc::new(World {
+            o: o.clone(),
+            slots: (0..nslots).map(|_| Mutex::new(0)).collect(),
+            value,
+            hists: (0..5).map(|_| Mutex::new(new_histogram())).collect(),
+            conflicts: AtomicU64::new(0),
+        });
+        let setup = Drive {
+            clients: d.clients.min(64),
+            total: o.objects as u64,
+            rate: 0.0,
+            progress: d.progress,
+        };
+        let r = run("k8s setup", &setup, |c| {
+            let kv = clients[c % clients.len()].kv_client();
+            let w = world.clone();
+            move |i| {
+                let mut kv = kv.clone();
+                let w = w.clone();
+                async move { create(&mut kv, &w, i as usize).await }
+            }
+        })
+        .await;
+        if r.errors > 0 {
+            bail!("k8s setup: {} errors: {:?}", r.errors, r.first_error);
+        }
+        world.conflicts.store(0, Ordering::Relaxed);
+        let events = Arc::new(AtomicU64::new(0));
+        let mut watch_tasks = Vec::new();
+        for wi in 0..o.watchers {
+            let kind = &o.kinds[wi % o.kinds.len()];
+            let prefix = format!("/registry/{kind}/").into_bytes();
+            let mut kv = clients[wi % clients.len()].kv_client();
+            let (_, rev) = list(&mut kv, &prefix, o.list_limit)
+                .await
+                .context("informer list")?;
+            let mut wc = clients[wi % clients.len()].watch_client();
+            let mut ws = wc
+                .watch(
+                    prefix.clone(),
+                    Some(
+                        WatchOptions::new()
+                            .with_prefix()
+                            .with_start_revision(rev + 1),
+                    ),
+                )
+                .await?;
+            let events = events.clone();
+            watch_tasks.push(tokio::spawn(async move {
+                while let Ok(Some(r)) = ws.message().await {
+                    events.fetch_add(r.events().len() as u64, Ordering::Relaxed);
+                }
+            }));
+        }
+        Ok(K8sLoad {
+            world,
+            nslots,
+            events,
+            watch_tasks,
+        })
+    }
+
+    /// Watch events the informers received so far.
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::Relaxed)
+    }
+
+    /// Runs `d.total` operations of the mix.
+    pub async fn run(&self, clients: &[Client], d: &Drive) -> Report {
+        let weights = self.world.o.mix;
+        let wsum: u32 = weights.iter().sum();
+        let nslots = self.nslots;
+        run("k8s", d, |c| {
+            let kv = clients[c % clients.len()].kv_client();
+            let w = self.world.clone();
+            move |_| {
+                let mut kv = kv.clone();
+                let w = w.clone();
+                let mut rng = rand::rng();
+                let mut x = rng.random_range(0..wsum);
+                let mut op = 0;
+                while x >= weights[op] {
+                    x -= weights[op];
+                    op += 1;
+                }
+                let s = rng.random_range(0..nslots);
+                let kind = w.o.kinds[rng.random_range(0..w.o.kinds.len())].clone();
+                let ns = rng.random_range(0..w.o.namespaces.max(1));
+                let whole_kind = rng.random_bool(0.5);
+                async move {
+                    let t = Instant::now();
+                    let rev = w.get(s);
+                    // Creating an existing object or updating a missing one is
+                    // turned into the operation that makes sense for the slot.
+                    let op = match (op, rev) {
+                        (0, r) if r > 0 => 1,
+                        (1 | 4, 0) => 0,
+                        (o, _) => o,
+                    };
+                    match op {
+                        0 => create(&mut kv, &w, s).await?,
+                        1 => update(&mut kv, &w, s, rev, false).await?,
+                        2 => {
+                            kv.get(w.key(s), None).await?;
+                        }
+                        3 => {
+                            let prefix = if whole_kind {
+                                format!("/registry/{kind}/")
+                            } else {
+                                format!("/registry/{kind}/ns-{ns}/")
+                            };
+                            list(&mut kv, prefix.as_bytes(), w.o.list_limit).await?;
+                        }
+                        _ => update(&mut kv, &w, s, rev, true).await?,
+                    }
+                    w.hists[op]
+                        .lock()
+                        .expect("not poisoned")
+                        .saturating_record(t.elapsed().as_nanos().max(1) as u64);
+                    Ok(())
+                }
+            }
+        })
+        .await
+    }
+}
+
 /// Runs the workload; returns (all operations, per-operation reports, watch events report).
 pub async fn k8s(
     clients: &[Client],
     d: &Drive,
     o: &K8sOpts,
 ) -> Result<(Report, Vec<Report>, Report)> {
-    if o.kinds.is_empty() {
-        bail!("k8s: no kinds");
-    }
-    let nslots = (o.objects * 2).max(16);
-    let mut value = b"{\"apiVersion\":\"v1\",\"kind\":\"Object\",\"spec\":\"".to_vec();
-    value.resize(o.object_size.max(value.len() + 2) - 2, b'x');
-    value.extend_from_slice(b"\"}");
-    let world = Arc::new(World {
-        o: o.clone(),
-        slots: (0..nslots).map(|_| Mutex::new(0)).collect(),
-        value,
-        hists: (0..5).map(|_| Mutex::new(new_histogram())).collect(),
-        conflicts: AtomicU64::new(0),
-    });
-
-    // Setup (not timed): create the initial objects.
-    let setup = Drive {
-        clients: d.clients.min(64),
-        total: o.objects as u64,
-        rate: 0.0,
-        progress: d.progress,
-    };
-    let r = run("k8s setup", &setup, |c| {
-        let kv = clients[c % clients.len()].kv_client();
-        let w = world.clone();
-        move |i| {
-            let mut kv = kv.clone();
-            let w = w.clone();
-            async move { create(&mut kv, &w, i as usize).await }
-        }
-    })
-    .await;
-    if r.errors > 0 {
-        bail!("k8s setup: {} errors: {:?}", r.errors, r.first_error);
-    }
-    world.conflicts.store(0, Ordering::Relaxed);
-
-    // Informers: list each kind, then watch it from the list revision.
-    let events = Arc::new(AtomicU64::new(0));
-    let mut watch_tasks = Vec::new();
-    for wi in 0..o.watchers {
-        let kind = &o.kinds[wi % o.kinds.len()];
-        let prefix = format!("/registry/{kind}/").into_bytes();
-        let mut kv = clients[wi % clients.len()].kv_client();
-        let (_, rev) = list(&mut kv, &prefix, o.list_limit)
-            .await
-            .context("informer list")?;
-        let mut wc = clients[wi % clients.len()].watch_client();
-        let mut ws = wc
-            .watch(
-                prefix.clone(),
-                Some(
-                    WatchOptions::new()
-                        .with_prefix()
-                        .with_start_revision(rev + 1),
-                ),
-            )
-            .await?;
-        let events = events.clone();
-        watch_tasks.push(tokio::spawn(async move {
-            while let Ok(Some(r)) = ws.message().await {
-                events.fetch_add(r.events().len() as u64, Ordering::Relaxed);
-            }
-        }));
-    }
-
-    let weights = o.mix;
-    let wsum: u32 = weights.iter().sum();
+    let load = K8sLoad::setup(clients, d, o).await?;
     let started = Instant::now();
-    let mut all = run("k8s", d, |c| {
-        let kv = clients[c % clients.len()].kv_client();
-        let w = world.clone();
-        move |_| {
-            let mut kv = kv.clone();
-            let w = w.clone();
-            let mut rng = rand::rng();
-            let mut x = rng.random_range(0..wsum);
-            let mut op = 0;
-            while x >= weights[op] {
-                x -= weights[op];
-                op += 1;
-            }
-            let s = rng.random_range(0..nslots);
-            let kind = w.o.kinds[rng.random_range(0..w.o.kinds.len())].clone();
-            let ns = rng.random_range(0..w.o.namespaces.max(1));
-            let whole_kind = rng.random_bool(0.5);
-            async move {
-                let t = Instant::now();
-                let rev = w.get(s);
-                // Creating an existing object or updating a missing one is
-                // turned into the operation that makes sense for the slot.
-                let op = match (op, rev) {
-                    (0, r) if r > 0 => 1,
-                    (1 | 4, 0) => 0,
-                    (o, _) => o,
-                };
-                match op {
-                    0 => create(&mut kv, &w, s).await?,
-                    1 => update(&mut kv, &w, s, rev, false).await?,
-                    2 => {
-                        kv.get(w.key(s), None).await?;
-                    }
-                    3 => {
-                        let prefix = if whole_kind {
-                            format!("/registry/{kind}/")
-                        } else {
-                            format!("/registry/{kind}/ns-{ns}/")
-                        };
-                        list(&mut kv, prefix.as_bytes(), w.o.list_limit).await?;
-                    }
-                    _ => update(&mut kv, &w, s, rev, true).await?,
-                }
-                w.hists[op]
-                    .lock()
-                    .expect("not poisoned")
-                    .saturating_record(t.elapsed().as_nanos().max(1) as u64);
-                Ok(())
-            }
-        }
-    })
-    .await;
+    let mut all = load.run(clients, d).await;
+    let world = load.world.clone();
     let elapsed = started.elapsed();
     // Let the watchers catch up briefly, then stop them.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    for t in &watch_tasks {
-        t.abort();
-    }
-    let ev = events.load(Ordering::Relaxed);
+    let ev = load.events();
+    drop(load);
     all.extra.insert(
         "conflicts".into(),
         world.conflicts.load(Ordering::Relaxed).into(),

@@ -57,14 +57,16 @@ pub enum ScaleKind {
     Watchers,
     Leases,
     Compaction,
+    Soak,
 }
 
 impl ScaleKind {
-    pub const ALL: [ScaleKind; 4] = [
+    pub const ALL: [ScaleKind; 5] = [
         ScaleKind::Keys,
         ScaleKind::Watchers,
         ScaleKind::Leases,
         ScaleKind::Compaction,
+        ScaleKind::Soak,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +75,7 @@ impl ScaleKind {
             ScaleKind::Watchers => "watchers",
             ScaleKind::Leases => "leases",
             ScaleKind::Compaction => "compaction",
+            ScaleKind::Soak => "soak",
         }
     }
 
@@ -81,7 +84,7 @@ impl ScaleKind {
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                format!("{s:?} is neither a scale factor nor a scale kind (keys, watchers, leases, compaction)")
+                format!("{s:?} is neither a scale factor nor a scale kind (keys, watchers, leases, compaction, soak)")
             })
     }
 
@@ -91,6 +94,7 @@ impl ScaleKind {
             ScaleKind::Keys => vec![10_000, 100_000, 1_000_000],
             ScaleKind::Watchers | ScaleKind::Leases => vec![1_000, 10_000, 100_000],
             ScaleKind::Compaction => vec![100_000],
+            ScaleKind::Soak => vec![3600],
         }
     }
 }
@@ -143,6 +147,18 @@ pub struct ScaleOpts {
     /// all but the last (N × (this − 1) revisions).
     #[arg(long, default_value_t = 10)]
     pub compact_revisions: u64,
+    /// soak (sizes are seconds): k8s operations per second.
+    #[arg(long, default_value_t = 2000.0)]
+    pub soak_rate: f64,
+    /// soak: seconds per sample.
+    #[arg(long, default_value_t = 60.0)]
+    pub soak_interval: f64,
+    /// soak: a Defragment every this many seconds (0: none).
+    #[arg(long, default_value_t = 600.0)]
+    pub defrag_every: f64,
+    /// soak: the members' `--auto-compaction-retention` (periodic mode).
+    #[arg(long, default_value = "5m")]
+    pub soak_compaction_retention: String,
 }
 
 /// `10000`, `10k`, `1m` → a number.
@@ -240,6 +256,8 @@ pub struct ScalePoint {
     pub leases: Option<LeasesResult>,
     #[serde(default)]
     pub compaction: Option<CompactionResult>,
+    #[serde(default)]
+    pub soak: Option<SoakResult>,
 }
 
 /// The `keys` measures.
@@ -437,6 +455,51 @@ pub struct CompactionResult {
     pub rss_after_bytes: u64,
 }
 
+/// The `soak` measures: the k8s workload for N seconds at `--soak-rate`
+/// operations per second on a member with periodic auto-compaction, a
+/// Defragment every `--defrag-every` seconds, one sample per
+/// `--soak-interval`. Flat means: RSS and p99 do not grow after the
+/// warm-up (the first tenth of the samples).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakResult {
+    pub duration_secs: f64,
+    pub rate: f64,
+    pub interval_secs: f64,
+    pub defrag_every_secs: f64,
+    pub samples: Vec<SoakSample>,
+    pub ops: u64,
+    pub errors: u64,
+    pub defrags: u64,
+    pub defrag_errors: u64,
+    /// Watch events the informers received.
+    pub watch_events: u64,
+    /// RSS of the first sample after the warm-up and of the last; the largest.
+    pub rss_start_bytes: u64,
+    pub rss_end_bytes: u64,
+    pub rss_max_bytes: u64,
+    /// p99 of the first sample after the warm-up and of the last.
+    pub p99_start_ms: f64,
+    pub p99_end_ms: f64,
+    /// Least-squares slopes over the samples after the warm-up.
+    pub rss_slope_mib_per_hour: f64,
+    pub p99_slope_ms_per_hour: f64,
+}
+
+/// One interval of a soak.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakSample {
+    /// End of the interval, seconds from the start of the timed run.
+    pub t_secs: f64,
+    pub ops_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    pub rss_bytes: u64,
+    pub db_size_bytes: i64,
+    /// Server CPU seconds over the interval.
+    pub server_cpu_secs: f64,
+}
+
 /// The binaries of the run and their `--version` lines.
 pub struct Bins {
     pub etcd: Option<(String, PathBuf)>,
@@ -541,9 +604,25 @@ async fn run_point(
         watchers: None,
         leases: None,
         compaction: None,
+        soak: None,
     };
     let o = &a.scale_opts;
     let measure = async {
+        let with_flags;
+        let a = if kind == ScaleKind::Soak {
+            let mut c = a.clone();
+            c.server_flags.extend([
+                "--auto-compaction-mode=periodic".to_string(),
+                format!(
+                    "--auto-compaction-retention={}",
+                    o.soak_compaction_retention
+                ),
+            ]);
+            with_flags = c;
+            &with_flags
+        } else {
+            a
+        };
         let mut servers = start_with_port_retry(bin, 1, &dir, a).await?;
         match kind {
             ScaleKind::Keys => p.keys = Some(keys_point(&mut servers, size, o).await?),
@@ -552,6 +631,7 @@ async fn run_point(
             ScaleKind::Compaction => {
                 p.compaction = Some(compaction_point(&servers, size, o).await?)
             }
+            ScaleKind::Soak => p.soak = Some(soak_point(&servers, size, o).await?),
         }
         anyhow::Ok(())
     };
@@ -794,6 +874,106 @@ impl PutLoad {
         }
         all
     }
+}
+
+/// The `soak` point; see [`SoakResult`].
+async fn soak_point(s: &Servers, secs: u64, o: &ScaleOpts) -> Result<SoakResult> {
+    let clients = connect(&conn_opts(s, 10)).await?;
+    let kopts = crate::k8s::K8sOpts {
+        kinds: ["pods", "configmaps", "secrets", "services", "events"]
+            .map(String::from)
+            .to_vec(),
+        namespaces: 10,
+        objects: 2000,
+        object_size: o.value_size,
+        list_limit: 500,
+        watchers: 10,
+        mix: crate::k8s::parse_mix("create=10,update=75,get=8,list=2,delete=5")?,
+    };
+    let drive = |total: u64| Drive {
+        clients: 100,
+        total,
+        rate: o.soak_rate,
+        progress: false,
+    };
+    let load = crate::k8s::K8sLoad::setup(&clients, &drive(0), &kopts).await?;
+    let mut maint = clients[0].maintenance_client();
+    let per = ((o.soak_rate * o.soak_interval).round() as u64).max(1);
+    let started = Instant::now();
+    let mut last_defrag = Instant::now();
+    let (mut samples, mut ops, mut errors, mut defrags, mut defrag_errors) =
+        (Vec::new(), 0u64, 0u64, 0u64, 0u64);
+    while started.elapsed().as_secs_f64() < secs as f64 {
+        let cpu0 = s.cpu_secs();
+        let r = load.run(&clients, &drive(per)).await;
+        ops += r.requests;
+        errors += r.errors;
+        let db_size_bytes = match maint.status().await {
+            Ok(st) => st.db_size(),
+            Err(_) => -1,
+        };
+        samples.push(SoakSample {
+            t_secs: started.elapsed().as_secs_f64(),
+            ops_per_sec: r.ops_per_sec,
+            p50_ms: r.pct(50.0),
+            p99_ms: r.pct(99.0),
+            errors: r.errors,
+            rss_bytes: s.max_rss(),
+            db_size_bytes,
+            server_cpu_secs: s.cpu_secs() - cpu0,
+        });
+        if o.defrag_every > 0.0 && last_defrag.elapsed().as_secs_f64() >= o.defrag_every {
+            match maint.defragment().await {
+                Ok(_) => defrags += 1,
+                Err(_) => defrag_errors += 1,
+            }
+            last_defrag = Instant::now();
+        }
+    }
+    let watch_events = load.events();
+    drop(load);
+    if samples.is_empty() {
+        bail!("no soak sample");
+    }
+    let warm = samples.len() / 10;
+    let after = &samples[warm..];
+    let slope = |f: &dyn Fn(&SoakSample) -> f64| -> f64 {
+        let n = after.len() as f64;
+        if n < 2.0 {
+            return 0.0;
+        }
+        let mx = after.iter().map(|x| x.t_secs).sum::<f64>() / n;
+        let my = after.iter().map(f).sum::<f64>() / n;
+        let (mut num, mut den) = (0.0, 0.0);
+        for x in after {
+            num += (x.t_secs - mx) * (f(x) - my);
+            den += (x.t_secs - mx) * (x.t_secs - mx);
+        }
+        if den == 0.0 {
+            0.0
+        } else {
+            num / den * 3600.0
+        }
+    };
+    Ok(SoakResult {
+        duration_secs: started.elapsed().as_secs_f64(),
+        rate: o.soak_rate,
+        interval_secs: o.soak_interval,
+        defrag_every_secs: o.defrag_every,
+        ops,
+        errors,
+        defrags,
+        defrag_errors,
+        watch_events,
+        rss_start_bytes: after[0].rss_bytes,
+        rss_end_bytes: after[after.len() - 1].rss_bytes,
+        rss_max_bytes: samples.iter().map(|x| x.rss_bytes).max().unwrap_or(0),
+        p99_start_ms: after[0].p99_ms,
+        p99_end_ms: after[after.len() - 1].p99_ms,
+        rss_slope_mib_per_hour: slope(&|x| x.rss_bytes as f64 / MIB),
+        p99_slope_ms_per_hour: slope(&|x| x.p99_ms),
+        samples,
+    })
 }
 
 /// What a list got back.
@@ -1339,6 +1519,22 @@ fn print_point(p: &ScalePoint) {
             k.restart.rss_after_bytes as f64 / MIB
         );
     }
+    if let Some(x) = &p.soak {
+        eprintln!(
+            "{tag} {:.0} s, {} ops, {} errors, {} defrags: p99 {:.2} -> {:.2} ms ({:+.2} ms/h), RSS {:.1} -> {:.1} MiB ({:+.1} MiB/h, max {:.1})",
+            x.duration_secs,
+            x.ops,
+            x.errors,
+            x.defrags,
+            x.p99_start_ms,
+            x.p99_end_ms,
+            x.p99_slope_ms_per_hour,
+            x.rss_start_bytes as f64 / MIB,
+            x.rss_end_bytes as f64 / MIB,
+            x.rss_slope_mib_per_hour,
+            x.rss_max_bytes as f64 / MIB
+        );
+    }
     if let Some(c) = &p.compaction {
         eprintln!(
             "{tag} {} revisions: fill {:.0} puts/s, RSS {:.1} MiB; compaction of {} revisions at {} took {:.2} s; {} puts meanwhile: p99 {:.2} ms max {:.1} ms, {} over 50 ms, {} failed",
@@ -1566,6 +1762,33 @@ const COMPACTION: [(&str, usize, Measure); 8] = [
     }),
 ];
 
+const SOAK: [(&str, usize, Measure); 8] = [
+    ("ops/s", 0, |p| {
+        num(p.soak.as_ref().map(|x| x.ops as f64 / x.duration_secs))
+    }),
+    ("p99 start ms", 2, |p| {
+        num(p.soak.as_ref().map(|x| x.p99_start_ms))
+    }),
+    ("p99 end ms", 2, |p| {
+        num(p.soak.as_ref().map(|x| x.p99_end_ms))
+    }),
+    ("p99 slope ms/h", 2, |p| {
+        num(p.soak.as_ref().map(|x| x.p99_slope_ms_per_hour))
+    }),
+    ("RSS start MiB", 1, |p| {
+        num(p.soak.as_ref().map(|x| x.rss_start_bytes as f64 / MIB))
+    }),
+    ("RSS end MiB", 1, |p| {
+        num(p.soak.as_ref().map(|x| x.rss_end_bytes as f64 / MIB))
+    }),
+    ("RSS slope MiB/h", 1, |p| {
+        num(p.soak.as_ref().map(|x| x.rss_slope_mib_per_hour))
+    }),
+    ("errors", 0, |p| {
+        num(p.soak.as_ref().map(|x| x.errors as f64))
+    }),
+];
+
 /// A markdown table: a row per size, for each measure etcd, retcd and the
 /// ratio retcd/etcd (medians over runs).
 fn print_table(
@@ -1657,6 +1880,16 @@ fn print_tables(kind: ScaleKind, sizes: &[u64], points: &[ScalePoint]) {
             points,
             &COMPACTION,
         ),
+        ScaleKind::Soak => {
+            print_table(
+                "soak: k8s workload with auto-compaction and defrag (size = seconds)",
+                kind,
+                sizes,
+                points,
+                &SOAK,
+            );
+            print_soak_samples(points);
+        }
     }
     let mut errors = Vec::new();
     for p in points.iter().filter(|p| p.kind == kind) {
@@ -1689,6 +1922,14 @@ fn print_tables(kind: ScaleKind, sizes: &[u64], points: &[ScalePoint]) {
                         l.error.as_deref().unwrap_or("?")
                     ));
                 }
+            }
+        }
+        if let Some(x) = &p.soak {
+            if x.errors > 0 || x.defrag_errors > 0 {
+                errors.push(format!(
+                    "{tag}: {} operations and {} defrags failed",
+                    x.errors, x.defrag_errors
+                ));
             }
         }
         if let Some(c) = &p.compaction {
@@ -1724,6 +1965,35 @@ fn print_tables(kind: ScaleKind, sizes: &[u64], points: &[ScalePoint]) {
     }
 }
 
+/// Each soak's samples: a markdown table per server and run.
+fn print_soak_samples(points: &[ScalePoint]) {
+    for p in points {
+        let Some(x) = &p.soak else { continue };
+        println!(
+            "\n#### soak samples: {} run {} ({:.0} ops/s asked, a defrag every {:.0} s)\n",
+            p.flavor.name(),
+            p.run,
+            x.rate,
+            x.defrag_every_secs
+        );
+        println!("| t s | ops/s | p50 ms | p99 ms | errors | RSS MiB | db MiB | server CPU s |");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for s in &x.samples {
+            println!(
+                "| {:.0} | {:.0} | {:.2} | {:.2} | {} | {:.1} | {:.1} | {:.2} |",
+                s.t_secs,
+                s.ops_per_sec,
+                s.p50_ms,
+                s.p99_ms,
+                s.errors,
+                s.rss_bytes as f64 / MIB,
+                s.db_size_bytes as f64 / MIB,
+                s.server_cpu_secs
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1743,6 +2013,10 @@ mod tests {
             point_timeout: 3600,
             lists: vec!["paginated".into(), "stream".into(), "unary".into()],
             compact_revisions: 10,
+            soak_rate: 2000.0,
+            soak_interval: 60.0,
+            defrag_every: 600.0,
+            soak_compaction_retention: "5m".into(),
         }
     }
 
