@@ -17,7 +17,13 @@
 //!   return, or call + request timeout if its outcome is unknown). A read
 //!   that still finds the key although it was *called* after that deadline
 //!   (so the deletion had not happened by its call) is a late expiry, and
-//!   so is a key never seen deleted.
+//!   so is a key never seen deleted. A leader elected after the last
+//!   keepalive re-grants every lease its TTL plus an election timeout
+//!   (etcd's `Promote`, retcd's too), so the deadline counts from the
+//!   latest leader change seen before it: every member's keepalive client
+//!   asks its member for the leader (`Status`) each round, and a change is
+//!   recorded when a member first names a leader other than the last one
+//!   named (seen after the election, so never earlier than it).
 //!
 //! All times are nanoseconds on the run's [`crate::traffic::Clock`].
 
@@ -61,6 +67,8 @@ pub struct LeaseRecord {
     /// Receipt times of PUT events of the key (only the initial put is
     /// before the watch starts, so any is a violation).
     pub put_events: Vec<u64>,
+    /// (return time of a `Status`, the leader it named; 0: none).
+    pub leaders_seen: Vec<(u64, u64)>,
 }
 
 impl LeaseRecord {
@@ -86,13 +94,44 @@ impl LeaseRecord {
             .max()
     }
 
-    /// The deadline of the expiry once keepalives stopped.
+    /// When a leader other than the previous one was first named, in order.
+    pub fn leader_changes(&self) -> Vec<u64> {
+        let mut seen = self.leaders_seen.clone();
+        seen.sort_unstable();
+        let mut last = 0;
+        let mut out = Vec::new();
+        for (t, leader) in seen {
+            if leader != 0 && leader != last {
+                if last != 0 {
+                    out.push(t);
+                }
+                last = leader;
+            }
+        }
+        out
+    }
+
+    /// The deadline of the expiry once keepalives stopped: TTL + grace
+    /// after the last keepalive, or after a leader change within that time
+    /// (which re-grants the TTL), whichever is later.
     pub fn expiry_deadline(&self) -> u64 {
-        self.last_keepalive_end()
+        let mut from = self
+            .last_keepalive_end()
             .unwrap_or(self.put_ret)
-            .max(self.put_ret)
-            + self.ttl
-            + self.grace
+            .max(self.put_ret);
+        let changes = self.leader_changes();
+        loop {
+            let deadline = from + self.ttl + self.grace;
+            match changes
+                .iter()
+                .copied()
+                .filter(|&c| c > from && c <= deadline)
+                .max()
+            {
+                Some(c) => from = c,
+                None => return deadline,
+            }
+        }
     }
 }
 
@@ -280,6 +319,24 @@ mod tests {
         let v = check(&r);
         assert!(v.iter().any(|s| s.contains("expired late")), "{v:?}");
         assert!(!v.iter().any(|s| s.contains("early")), "{v:?}");
+    }
+
+    #[test]
+    fn a_leader_change_after_the_last_keepalive_moves_the_deadline() {
+        // Deadline 14.01 s; a new leader named at 12 s re-grants the TTL:
+        // the key found at 14.5 s and gone at 16 s is on time (12 + TTL 3 + grace 1).
+        let mut r = base();
+        r.leaders_seen = vec![(S, 1), (5 * S, 1), (12 * S, 2), (13 * S, 2)];
+        poll_until(&mut r, 16 * S);
+        assert_eq!(r.leader_changes(), vec![12 * S]);
+        assert_eq!(check(&r), Vec::<String>::new());
+        // one seen only before the last keepalive does not move it
+        let mut r = base();
+        r.leaders_seen = vec![(S, 1), (5 * S, 2), (13 * S, 0)];
+        poll_until(&mut r, 16 * S);
+        assert_eq!(r.leader_changes(), vec![5 * S]);
+        let v = check(&r);
+        assert!(v.iter().any(|s| s.contains("expired late")), "{v:?}");
     }
 
     #[test]
@@ -513,6 +570,11 @@ async fn keepalive_loop(
                     continue;
                 }
             }
+        }
+        // which leader this member names, for the expiry deadline
+        if let Ok(Ok(st)) = tokio::time::timeout(cfg.request_timeout, c.status()).await {
+            let leader = st.leader();
+            rec.lock().unwrap().leaders_seen.push((clock.now(), leader));
         }
         let (k, s) = keeper.as_mut().expect("keeper");
         let call = clock.now();
