@@ -683,7 +683,7 @@ async fn grpc_health_check_serving() {
             .connect()
             .await
             .expect("connect");
-        let mut h = HealthClient::new(ch);
+        let mut h = HealthClient::new(ch.clone());
         let r = h
             .check(HealthCheckRequest {
                 service: String::new(),
@@ -704,6 +704,24 @@ async fn grpc_health_check_serving() {
             .await
             .expect_err("unknown service must fail");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        // A call to a gRPC service the server does not have is grpc-go's
+        // Unimplemented "unknown service <name>" (not an HTTP 404).
+        let mut raw = tonic::client::Grpc::new(ch);
+        raw.ready().await.expect("ready");
+        let e =
+            raw
+                .unary(
+                    tonic::Request::new(HealthCheckRequest::default()),
+                    tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.Nope/Put"),
+                    tonic_prost::ProstCodec::<
+                        HealthCheckRequest,
+                        tonic_health::pb::HealthCheckResponse,
+                    >::default(),
+                )
+                .await
+                .expect_err("an unknown service must fail");
+        assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
+        assert_eq!(e.message(), "unknown service etcdserverpb.Nope", "{e:?}");
     })
     .await
 }

@@ -174,6 +174,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
                 router = router.merge(crate::api::gateway::router(&server, &services));
             }
         }
+        let router = router.fallback(crate::api::gateway::client_fallback);
         let grpc_front = grpc.then(|| {
             (
                 server.clone(),

@@ -571,6 +571,32 @@ pub fn add_cors_headers(h: &mut HeaderMap, origin: &str) {
     );
 }
 
+/// The client port's answer to a request no route took: a gRPC call
+/// (`application/grpc`) to a service etcd does not have is Unimplemented,
+/// as grpc-go answers an unknown service; anything else is what etcd's
+/// HTTP handler answers a path it does not serve ([`not_served`]).
+pub async fn client_fallback(req: axum::extract::Request) -> Response {
+    let is_grpc = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if is_grpc {
+        let (parts, ()) = tonic::Status::unimplemented(format!(
+            "unknown service {}",
+            req.uri()
+                .path()
+                .trim_start_matches('/')
+                .split('/')
+                .next()
+                .unwrap_or("")
+        ))
+        .into_http::<()>()
+        .into_parts();
+        return Response::from_parts(parts, axum::body::Body::empty());
+    }
+    not_served(req.method(), req.uri().path())
+}
+
 /// What etcd's HTTP client handler (Go's `ServeMux` behind the CORS
 /// handler) answers a request that is neither gRPC nor one of its routes:
 /// `/v3` redirects to `/v3/` (the gateway's subtree), anything else is
