@@ -176,13 +176,41 @@ pub fn check(r: &LeaseRecord) -> Vec<String> {
         .max_by_key(|rd| rd.call)
     {
         v.push(format!(
-            "{name}: expired late: still found by a read called at {}, the deadline was {} (last keepalive ended {}, TTL {}, grace {})",
+            "{name}: expired late: still found by a read called at {}, the deadline was {} (last keepalive ended {}, TTL {}, grace {}, leader changes seen at [{}], the last leader seen at {})",
             ms(rd.call),
             ms(deadline),
             ms(r.last_keepalive_end().unwrap_or(r.put_ret)),
             ms(r.ttl),
-            ms(r.grace)
+            ms(r.grace),
+            r.leader_changes().into_iter().map(ms).collect::<Vec<_>>().join(", "),
+            r.leaders_seen.iter().map(|l| l.0).max().map(ms).unwrap_or_default()
         ));
+        // the last keepalives, to tell a late renewal from a late revoke
+        let mut last: Vec<&KeepAlive> = r.keepalives.iter().collect();
+        last.sort_by_key(|k| k.call);
+        let tail = &last[last.len().saturating_sub(8)..];
+        let diag = format!(
+            "; the last keepalives (call -> return, renewed): {}; reads found the key until {}",
+            tail.iter()
+                .map(|k| format!(
+                    "{} -> {} {}",
+                    ms(k.call),
+                    k.ret.map(ms).unwrap_or_else(|| "?".into()),
+                    k.ok
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            r.reads
+                .iter()
+                .filter(|rd| rd.found)
+                .map(|rd| rd.ret)
+                .max()
+                .map(ms)
+                .unwrap_or_default()
+        );
+        if let Some(m) = v.last_mut() {
+            m.push_str(&diag);
+        }
     } else if obs.is_none() {
         v.push(format!(
             "{name}: never seen deleted after the keepalives stopped at {} (deadline {})",
@@ -678,7 +706,7 @@ impl LeaseKeeper {
             r.keepalives_stopped = Some(stopped);
             r.expiry_deadline()
         };
-        let give_up = deadline + 3_000_000_000;
+        let mut give_up = deadline + 3_000_000_000;
         let mut cl: Option<Client> = None;
         while self.clock.now() < give_up {
             if cl.is_none() {
@@ -687,6 +715,16 @@ impl LeaseKeeper {
                     .ok();
             }
             if let Some(c) = cl.as_mut() {
+                // A leader elected after the keepalives stopped (the
+                // cluster settling after the heal) re-grants the TTL too:
+                // keep recording the leaders until the key is gone.
+                if let Ok(Ok(st)) = tokio::time::timeout(self.cfg.request_timeout, c.status()).await
+                {
+                    let now = self.clock.now();
+                    let mut r = self.rec.lock().unwrap();
+                    r.leaders_seen.push((now, st.leader()));
+                    give_up = give_up.max(r.expiry_deadline() + 3_000_000_000);
+                }
                 let call = self.clock.now();
                 match get_found(c, &self.cfg.key, self.cfg.request_timeout).await {
                     Ok(found) => {
