@@ -658,3 +658,103 @@ async fn lease_keepalive_on_a_replaced_leader_reaches_the_new_one() {
     })
     .await;
 }
+
+/// `etcd_debugging_lease_renewed_total` summed over the members (the
+/// leader counts each renew it makes).
+fn renewed_total(c: &Cluster) -> f64 {
+    c.members
+        .iter()
+        .map(|m| {
+            let r = retcd_tests::http_get(m.client_port, "/metrics", Duration::from_secs(5))
+                .expect("GET /metrics");
+            r.body
+                .lines()
+                .find_map(|l| l.strip_prefix("etcd_debugging_lease_renewed_total "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        })
+        .sum()
+}
+
+/// A keepalive whose client went away while its member had no leader
+/// must not renew the lease later, once a leader is back: etcd cancels
+/// the renew with the stream's context. (retcd's stream task kept
+/// retrying it for the request timeout and renewed on the next leader, so
+/// a lease lived seconds past its last keepalive the client knew of: the
+/// five-member partition scenario's late expiry.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keepalive_abandoned_without_a_leader_renews_nothing() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST).await.expect("start");
+        let l = c.leader(READY).await.unwrap();
+        let (f, other) = ((l + 1) % 3, (l + 2) % 3);
+        let mut cl = c.client(f).await.unwrap();
+        let id = cl.lease_grant(60, None).await.unwrap().id();
+        // a renew through f works and is counted: the metric is there
+        let before = renewed_total(&c);
+        let (mut keeper, mut stream) = cl.lease_keep_alive(id).await.unwrap();
+        keeper.keep_alive().await.unwrap();
+        assert!(stream.message().await.unwrap().unwrap().ttl() > 0);
+        drop((keeper, stream));
+        let counted = renewed_total(&c);
+        assert!(
+            counted >= before + 1.0,
+            "a renew was not counted: {before} -> {counted}"
+        );
+        // the stream is opened while there is a leader (clients ask
+        // for one to open it), then f loses its leader: the other two stop
+        let mut kc = c.client(f).await.unwrap();
+        let (mut keeper, mut stream) = kc.lease_keep_alive(id).await.unwrap();
+        // (it renews now too, as in the first block: counted before the pause)
+        keeper.keep_alive().await.unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(10), stream.message()).await;
+        assert!(
+            matches!(&first, Ok(Ok(Some(m))) if m.ttl() > 0),
+            "the stream's first keepalive: {first:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let counted = renewed_total(&c);
+        c.members[l].pause();
+        c.members[other].pause();
+        retry_until(
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            async || {
+                let (_, leader) = c.status_of(f).await.map_err(|_| ())?;
+                (leader == 0).then_some(()).ok_or(())
+            },
+        )
+        .await
+        .expect("f still names a leader with the other two paused");
+        // a keepalive f cannot answer yet: the client gives up on it
+        let sent = keeper.keep_alive().await;
+        let r = tokio::time::timeout(Duration::from_millis(500), stream.message()).await;
+        assert!(
+            !matches!(&r, Ok(Ok(Some(m))) if m.ttl() > 0),
+            "a keepalive renewed with no leader: {sent:?} {r:?}"
+        );
+        eprintln!("keepalive without a leader: sent {sent:?}, answer {r:?}");
+        drop((keeper, stream, kc));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.members[l].resume();
+        c.members[other].resume();
+        retry_until(
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            async || {
+                let (_, leader) = c.status_of(f).await.map_err(|_| ())?;
+                (leader != 0).then_some(()).ok_or(())
+            },
+        )
+        .await
+        .expect("no leader after the two resumed");
+        // a forwarded renew would land as soon as f knows the leader
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = renewed_total(&c);
+        assert_eq!(
+            after, counted,
+            "the abandoned keepalive renewed the lease once a leader was back"
+        );
+    })
+    .await;
+}

@@ -223,18 +223,23 @@ impl EtcdServer {
                         let Some(mut c) = self.lease_forwarder.client(url) else {
                             continue;
                         };
-                        match c
-                            .lease_renew(with_cluster_id(
+                        // bounded by the request's deadline, as etcd's
+                        // forward runs under its request context
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        let forwarded = tokio::time::timeout(
+                            left,
+                            c.lease_renew(with_cluster_id(
                                 LeaseKeepAliveRequest { id },
                                 self.cluster_id,
-                            ))
-                            .await
-                        {
-                            Ok(r) => return Ok(r.into_inner().ttl),
-                            Err(s) if s.code() == Code::NotFound => {
+                            )),
+                        )
+                        .await;
+                        match forwarded {
+                            Ok(Ok(r)) => return Ok(r.into_inner().ttl),
+                            Ok(Err(s)) if s.code() == Code::NotFound => {
                                 return Err(LeaseError::NotFound.into())
                             }
-                            Err(_) => {}
+                            Ok(Err(_)) | Err(_) => {}
                         }
                     }
                 }
@@ -313,15 +318,18 @@ async fn lease_time_to_live(
                     let Some(mut c) = server.lease_forwarder.client(url) else {
                         continue;
                     };
-                    match c
-                        .lease_time_to_live(with_cluster_id(*req, server.cluster_id))
-                        .await
-                    {
-                        Ok(r) => return Ok(r.into_inner()),
-                        Err(s) if s.code() == Code::NotFound => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let forwarded = tokio::time::timeout(
+                        left,
+                        c.lease_time_to_live(with_cluster_id(*req, server.cluster_id)),
+                    )
+                    .await;
+                    match forwarded {
+                        Ok(Ok(r)) => return Ok(r.into_inner()),
+                        Ok(Err(s)) if s.code() == Code::NotFound => {
                             return Err(LeaseError::NotFound.into())
                         }
-                        Err(_) => {}
+                        Ok(Err(_)) | Err(_) => {}
                     }
                 }
             }

@@ -63,8 +63,16 @@ impl Lease for LeaseService {
                 // Header taken before the renew, as etcd: its revision is at
                 // most the one at which the keepalive happened.
                 let header = server.current_header();
-                // who asks is looked at on every keepalive (etcd 3.5.28+)
-                let ttl = match server.lease_renew(req.id, &creds).await {
+                // who asks is looked at on every keepalive (etcd 3.5.28+).
+                // A client gone away (its response stream dropped) cancels
+                // the renew, as etcd's stream context does: a renew still
+                // waiting for a leader (or on a forward held up by a cut
+                // link) must not land after the client gave up on it.
+                let renewed = tokio::select! {
+                    r = server.lease_renew(req.id, &creds) => r,
+                    _ = tx.closed() => return,
+                };
+                let ttl = match renewed {
                     Ok(ttl) => ttl,
                     Err(ServerError::Lease(LeaseError::NotFound)) => 0,
                     Err(e) => {
