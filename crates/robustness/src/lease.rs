@@ -21,9 +21,11 @@
 //!   keepalive re-grants every lease its TTL plus an election timeout
 //!   (etcd's `Promote`, retcd's too), so the deadline counts from the
 //!   latest leader change seen before it: every member's keepalive client
-//!   asks its member for the leader (`Status`) each round, and a change is
-//!   recorded when a member first names a leader other than the last one
-//!   named (seen after the election, so never earlier than it).
+//!   asks its member for the leader and term (`Status`) each round, and
+//!   so does the wait for the expiry after them; a change is recorded when
+//!   a member first names a leader at a term above every term named before
+//!   (another member, or the same one elected again after a check-quorum
+//!   step-down; seen after the election, so never earlier than it).
 //!
 //! All times are nanoseconds on the run's [`crate::traffic::Clock`].
 
@@ -67,8 +69,9 @@ pub struct LeaseRecord {
     /// Receipt times of PUT events of the key (only the initial put is
     /// before the watch starts, so any is a violation).
     pub put_events: Vec<u64>,
-    /// (return time of a `Status`, the leader it named; 0: none).
-    pub leaders_seen: Vec<(u64, u64)>,
+    /// (return time of a `Status`, the leader it named (0: none), its
+    /// raft term).
+    pub leaders_seen: Vec<(u64, u64, u64)>,
 }
 
 impl LeaseRecord {
@@ -94,19 +97,23 @@ impl LeaseRecord {
             .max()
     }
 
-    /// When a leader other than the previous one was first named, in order.
+    /// When a new leadership was first named, in order: a leader named at
+    /// a term above every term a leader was named at before (another
+    /// member, or the same one elected again after stepping down: either
+    /// promotes its lessor and re-grants every lease).
     pub fn leader_changes(&self) -> Vec<u64> {
         let mut seen = self.leaders_seen.clone();
         seen.sort_unstable();
-        let mut last = 0;
+        let mut top: Option<u64> = None;
         let mut out = Vec::new();
-        for (t, leader) in seen {
-            if leader != 0 && leader != last {
-                if last != 0 {
-                    out.push(t);
-                }
-                last = leader;
+        for (t, leader, term) in seen {
+            if leader == 0 || top.is_some_and(|top| term <= top) {
+                continue;
             }
+            if top.is_some() {
+                out.push(t);
+            }
+            top = Some(term);
         }
         out
     }
@@ -354,17 +361,32 @@ mod tests {
         // Deadline 14.01 s; a new leader named at 12 s re-grants the TTL:
         // the key found at 14.5 s and gone at 16 s is on time (12 + TTL 3 + grace 1).
         let mut r = base();
-        r.leaders_seen = vec![(S, 1), (5 * S, 1), (12 * S, 2), (13 * S, 2)];
+        r.leaders_seen = vec![(S, 1, 2), (5 * S, 1, 2), (12 * S, 2, 3), (13 * S, 2, 3)];
         poll_until(&mut r, 16 * S);
         assert_eq!(r.leader_changes(), vec![12 * S]);
         assert_eq!(check(&r), Vec::<String>::new());
         // one seen only before the last keepalive does not move it
         let mut r = base();
-        r.leaders_seen = vec![(S, 1), (5 * S, 2), (13 * S, 0)];
+        r.leaders_seen = vec![(S, 1, 2), (5 * S, 2, 3), (13 * S, 0, 4)];
         poll_until(&mut r, 16 * S);
         assert_eq!(r.leader_changes(), vec![5 * S]);
         let v = check(&r);
         assert!(v.iter().any(|s| s.contains("expired late")), "{v:?}");
+    }
+
+    #[test]
+    fn the_same_leader_elected_again_moves_the_deadline_a_lagging_member_does_not() {
+        // member 1 steps down and is elected again at term 3 at 12 s
+        let mut r = base();
+        r.leaders_seen = vec![(S, 1, 2), (11 * S, 0, 3), (12 * S, 1, 3)];
+        poll_until(&mut r, 16 * S);
+        assert_eq!(r.leader_changes(), vec![12 * S]);
+        assert_eq!(check(&r), Vec::<String>::new());
+        // a member still naming the old leadership after the new one was
+        // seen is not another change
+        let mut r = base();
+        r.leaders_seen = vec![(S, 1, 2), (5 * S, 2, 3), (6 * S, 1, 2), (7 * S, 2, 3)];
+        assert_eq!(r.leader_changes(), vec![5 * S]);
     }
 
     #[test]
@@ -602,7 +624,11 @@ async fn keepalive_loop(
         // which leader this member names, for the expiry deadline
         if let Ok(Ok(st)) = tokio::time::timeout(cfg.request_timeout, c.status()).await {
             let leader = st.leader();
-            rec.lock().unwrap().leaders_seen.push((clock.now(), leader));
+            let term = st.raft_term();
+            rec.lock()
+                .unwrap()
+                .leaders_seen
+                .push((clock.now(), leader, term));
         }
         let (k, s) = keeper.as_mut().expect("keeper");
         let call = clock.now();
@@ -722,7 +748,7 @@ impl LeaseKeeper {
                 {
                     let now = self.clock.now();
                     let mut r = self.rec.lock().unwrap();
-                    r.leaders_seen.push((now, st.leader()));
+                    r.leaders_seen.push((now, st.leader(), st.raft_term()));
                     give_up = give_up.max(r.expiry_deadline() + 3_000_000_000);
                 }
                 let call = self.clock.now();
