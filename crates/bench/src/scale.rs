@@ -161,6 +161,16 @@ pub struct ScaleOpts {
     pub soak_compaction_retention: String,
 }
 
+/// How long one scale point may take, seconds: `--point-timeout`, and for
+/// a soak at least its duration (its size) plus 10 minutes of set-up.
+fn point_limit(kind: ScaleKind, size: u64, point_timeout: u64) -> u64 {
+    if kind == ScaleKind::Soak {
+        point_timeout.max(size + 600)
+    } else {
+        point_timeout
+    }
+}
+
 /// `10000`, `10k`, `1m` → a number.
 fn parse_size(s: &str) -> Result<u64> {
     let s = s.trim();
@@ -636,10 +646,13 @@ async fn run_point(
         anyhow::Ok(())
     };
     // Dropping the future (timeout) drops the servers: killed and reaped.
-    match tokio::time::timeout(Duration::from_secs(o.point_timeout), measure).await {
+    // A soak's size is its duration: its limit is that plus the set-up
+    // (a 3600 s soak under the default 3600 s limit was killed at its end).
+    let limit = point_limit(kind, size, o.point_timeout);
+    match tokio::time::timeout(Duration::from_secs(limit), measure).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => p.error = Some(format!("{e:#}")),
-        Err(_) => p.error = Some(format!("did not finish in {} s", o.point_timeout)),
+        Err(_) => p.error = Some(format!("did not finish in {limit} s")),
     }
     settle_disk(&dir, 1).await;
     p
@@ -1996,6 +2009,13 @@ fn print_soak_samples(points: &[ScalePoint]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn test_a_soak_point_outlasts_its_duration() {
+        assert_eq!(point_limit(ScaleKind::Soak, 3600, 3600), 4200);
+        assert_eq!(point_limit(ScaleKind::Soak, 60, 3600), 3600);
+        assert_eq!(point_limit(ScaleKind::Keys, 1_000_000, 3600), 3600);
+    }
+
     use super::*;
 
     fn opts(sizes: &[&str]) -> ScaleOpts {
