@@ -676,6 +676,19 @@ fn renewed_total(c: &Cluster) -> f64 {
         .sum()
 }
 
+/// Waits (30 s at most) until member `i` names a leader (`named`) or none.
+async fn names_leader(c: &Cluster, i: usize, named: bool) -> Result<(), ()> {
+    retry_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        async || {
+            let (_, leader) = c.status_of(i).await.map_err(|_| ())?;
+            ((leader != 0) == named).then_some(()).ok_or(())
+        },
+    )
+    .await
+}
+
 /// A keepalive whose client went away while its member had no leader
 /// must not renew the lease later, once a leader is back: etcd cancels
 /// the renew with the stream's context. (retcd's stream task kept
@@ -716,16 +729,9 @@ async fn lease_keepalive_abandoned_without_a_leader_renews_nothing() {
         let counted = renewed_total(&c);
         c.members[l].pause();
         c.members[other].pause();
-        retry_until(
-            Duration::from_secs(30),
-            Duration::from_millis(50),
-            async || {
-                let (_, leader) = c.status_of(f).await.map_err(|_| ())?;
-                (leader == 0).then_some(()).ok_or(())
-            },
-        )
-        .await
-        .expect("f still names a leader with the other two paused");
+        names_leader(&c, f, false)
+            .await
+            .expect("f still names a leader with the other two paused");
         // a keepalive f cannot answer yet: the client gives up on it
         let sent = keeper.keep_alive().await;
         let r = tokio::time::timeout(Duration::from_millis(500), stream.message()).await;
@@ -738,16 +744,9 @@ async fn lease_keepalive_abandoned_without_a_leader_renews_nothing() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         c.members[l].resume();
         c.members[other].resume();
-        retry_until(
-            Duration::from_secs(30),
-            Duration::from_millis(50),
-            async || {
-                let (_, leader) = c.status_of(f).await.map_err(|_| ())?;
-                (leader != 0).then_some(()).ok_or(())
-            },
-        )
-        .await
-        .expect("no leader after the two resumed");
+        names_leader(&c, f, true)
+            .await
+            .expect("no leader after the two resumed");
         // a forwarded renew would land as soon as f knows the leader
         tokio::time::sleep(Duration::from_secs(3)).await;
         let after = renewed_total(&c);

@@ -2009,14 +2009,14 @@ fn print_soak_samples(points: &[ScalePoint]) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn test_a_soak_point_outlasts_its_duration() {
         assert_eq!(point_limit(ScaleKind::Soak, 3600, 3600), 4200);
         assert_eq!(point_limit(ScaleKind::Soak, 60, 3600), 3600);
         assert_eq!(point_limit(ScaleKind::Keys, 1_000_000, 3600), 3600);
     }
-
-    use super::*;
 
     fn opts(sizes: &[&str]) -> ScaleOpts {
         ScaleOpts {

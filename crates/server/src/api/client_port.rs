@@ -14,7 +14,7 @@ use super::grpc::Servers;
 use super::grpc_metrics::Call;
 use crate::error::ServerError;
 use crate::server::EtcdServer;
-use axum::http::{header, Request, Response};
+use axum::http::{Request, Response};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -182,11 +182,7 @@ fn guard(server: &EtcdServer, req: &mut Request<Body>) -> Option<Response<Body>>
     if server.cfg.client_cert_auth {
         crate::auth::cert::pass_cert_user(req);
     }
-    let is_grpc = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if !is_grpc {
+    if !gateway::is_grpc(req.headers()) {
         return Some(gateway::not_served(req.method(), req.uri().path()).map(Body::new));
     }
     let allowed = matches!(

@@ -571,16 +571,20 @@ pub fn add_cors_headers(h: &mut HeaderMap, origin: &str) {
     );
 }
 
+/// Whether a request is gRPC (`application/grpc...`), as etcd's cmux
+/// tells gRPC from HTTP on the client port.
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
 /// The client port's answer to a request no route took: a gRPC call
 /// (`application/grpc`) to a service etcd does not have is Unimplemented,
 /// as grpc-go answers an unknown service; anything else is what etcd's
 /// HTTP handler answers a path it does not serve ([`not_served`]).
 pub async fn client_fallback(req: axum::extract::Request) -> Response {
-    let is_grpc = req
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if is_grpc {
+    if is_grpc(req.headers()) {
         let (parts, ()) = tonic::Status::unimplemented(format!(
             "unknown service {}",
             req.uri()

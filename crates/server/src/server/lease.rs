@@ -83,6 +83,22 @@ impl Forwarder {
     }
 }
 
+/// One renew or TimeToLive forwarded to the leader, bounded by what is
+/// left of the request's `deadline` (etcd forwards under the request's
+/// context): its answer, `NotFound` for an unknown lease, or None to try
+/// again (another URL, or once the leader is known anew).
+async fn forward<T>(
+    deadline: Instant,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<Option<T>, ServerError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, call).await {
+        Ok(Ok(r)) => Ok(Some(r.into_inner())),
+        Ok(Err(s)) if s.code() == Code::NotFound => Err(LeaseError::NotFound.into()),
+        Ok(Err(_)) | Err(_) => Ok(None),
+    }
+}
+
 /// Who answers a renew or TimeToLive.
 enum Target {
     Local,
@@ -223,23 +239,9 @@ impl EtcdServer {
                         let Some(mut c) = self.lease_forwarder.client(url) else {
                             continue;
                         };
-                        // bounded by the request's deadline, as etcd's
-                        // forward runs under its request context
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        let forwarded = tokio::time::timeout(
-                            left,
-                            c.lease_renew(with_cluster_id(
-                                LeaseKeepAliveRequest { id },
-                                self.cluster_id,
-                            )),
-                        )
-                        .await;
-                        match forwarded {
-                            Ok(Ok(r)) => return Ok(r.into_inner().ttl),
-                            Ok(Err(s)) if s.code() == Code::NotFound => {
-                                return Err(LeaseError::NotFound.into())
-                            }
-                            Ok(Err(_)) | Err(_) => {}
+                        let req = with_cluster_id(LeaseKeepAliveRequest { id }, self.cluster_id);
+                        if let Some(r) = forward(deadline, c.lease_renew(req)).await? {
+                            return Ok(r.ttl);
                         }
                     }
                 }
@@ -318,18 +320,9 @@ async fn lease_time_to_live(
                     let Some(mut c) = server.lease_forwarder.client(url) else {
                         continue;
                     };
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let forwarded = tokio::time::timeout(
-                        left,
-                        c.lease_time_to_live(with_cluster_id(*req, server.cluster_id)),
-                    )
-                    .await;
-                    match forwarded {
-                        Ok(Ok(r)) => return Ok(r.into_inner()),
-                        Ok(Err(s)) if s.code() == Code::NotFound => {
-                            return Err(LeaseError::NotFound.into())
-                        }
-                        Ok(Err(_)) | Err(_) => {}
+                    let fwd = c.lease_time_to_live(with_cluster_id(*req, server.cluster_id));
+                    if let Some(r) = forward(deadline, fwd).await? {
+                        return Ok(r);
                     }
                 }
             }
