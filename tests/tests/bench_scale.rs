@@ -373,6 +373,8 @@ async fn bench_scale_compaction_and_keys_without_lists() {
                 "3",
                 "--put-rate",
                 "200",
+                "--compaction-baseline",
+                "1",
                 "--lists",
                 "none",
                 "--etcd-bin",
@@ -410,6 +412,34 @@ async fn bench_scale_compaction_and_keys_without_lists() {
                 non_negative(c, m);
             }
             assert!(f64_of(&c["put_max_ms"], "max") >= f64_of(&c["put_p99_ms"], "p99"));
+            // the baseline second of puts, and the stalls read off the
+            // member's /metrics: fsyncs in both windows, one index
+            // compaction and at least one deletion batch while it ran
+            assert!(c["baseline_puts"].as_u64().unwrap_or(0) > 50, "{c:#}");
+            assert!(f64_of(&c["baseline_secs"], "baseline") >= 1.0, "{c:#}");
+            for w in ["stalls_baseline", "stalls_during"] {
+                assert!(
+                    c[w]["wal_fsync"]["count"].as_u64().unwrap_or(0) > 0,
+                    "{w}: {c:#}"
+                );
+                assert!(
+                    f64_of(&c[w]["wal_fsync"]["max_le_ms"], "max") > 0.0,
+                    "{w}: {c:#}"
+                );
+            }
+            let d = &c["stalls_during"];
+            assert!(
+                d["index_compaction_pause"]["count"].as_u64().unwrap_or(0) >= 1,
+                "{c:#}"
+            );
+            assert!(
+                d["db_compaction_pause"]["count"].as_u64().unwrap_or(0) >= 1,
+                "{c:#}"
+            );
+            assert_eq!(
+                c["stalls_baseline"]["db_compaction_pause"]["count"], 0,
+                "{c:#}"
+            );
 
             let k = points
                 .iter()

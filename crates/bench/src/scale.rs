@@ -147,6 +147,10 @@ pub struct ScaleOpts {
     /// all but the last (N × (this − 1) revisions).
     #[arg(long, default_value_t = 10)]
     pub compact_revisions: u64,
+    /// compaction: seconds of the same puts on the filled store before the
+    /// compaction is asked (the baseline its stalls are compared with).
+    #[arg(long, default_value_t = 30.0)]
+    pub compaction_baseline: f64,
     /// soak (sizes are seconds): k8s operations per second.
     #[arg(long, default_value_t = 2000.0)]
     pub soak_rate: f64,
@@ -463,6 +467,186 @@ pub struct CompactionResult {
     /// Server VmRSS peak while the compaction ran, and after it, bytes.
     pub rss_peak_bytes: u64,
     pub rss_after_bytes: u64,
+    /// The same puts on the filled store for `--compaction-baseline`
+    /// seconds before the compaction: how many, p99, max, over 50 ms.
+    #[serde(default)]
+    pub baseline_secs: f64,
+    #[serde(default)]
+    pub baseline_puts: u64,
+    #[serde(default)]
+    pub baseline_p99_ms: f64,
+    #[serde(default)]
+    pub baseline_max_ms: f64,
+    #[serde(default)]
+    pub baseline_over_50ms: u64,
+    /// What the members' `/metrics` histograms saw in the baseline window
+    /// and while the compaction ran.
+    #[serde(default)]
+    pub stalls_baseline: Stalls,
+    #[serde(default)]
+    pub stalls_during: Stalls,
+}
+
+/// Slow observations of the histograms a put can wait behind, summed over
+/// the members, from their `/metrics` (the same names in etcd and retcd):
+/// per histogram, how many took over 32 ms (a bucket bound in both
+/// servers' layouts) and the upper bound of the slowest bucket used, ms
+/// (0: none; `f64::MAX`: above the last finite bound).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stalls {
+    /// `etcd_disk_wal_fsync_duration_seconds`.
+    pub wal_fsync: Slow,
+    /// `etcd_disk_backend_commit_duration_seconds`.
+    pub backend_commit: Slow,
+    /// `etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds`:
+    /// one deletion batch (a put's backend write waits behind it).
+    pub db_compaction_pause: Slow,
+    /// `etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds`.
+    pub index_compaction_pause: Slow,
+}
+
+/// See [`Stalls`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Slow {
+    pub count: u64,
+    pub over_32ms: u64,
+    pub max_le_ms: f64,
+}
+
+/// The four histograms of [`Stalls`]: name and the factor of their unit
+/// to milliseconds.
+const STALL_HISTOGRAMS: [(&str, f64); 4] = [
+    ("etcd_disk_wal_fsync_duration_seconds", 1000.0),
+    ("etcd_disk_backend_commit_duration_seconds", 1000.0),
+    (
+        "etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds",
+        1.0,
+    ),
+    (
+        "etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds",
+        1.0,
+    ),
+];
+
+/// One member's `/metrics` text (HTTP/1.0: no chunked body to undo).
+async fn scrape_metrics(endpoint: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let get = async {
+        let mut c = tokio::net::TcpStream::connect(&addr).await?;
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await?;
+        let mut out = String::new();
+        c.read_to_string(&mut out).await?;
+        anyhow::Ok(out)
+    };
+    tokio::time::timeout(Duration::from_secs(10), get)
+        .await
+        .with_context(|| format!("GET {addr}/metrics timed out"))?
+        .with_context(|| format!("GET {addr}/metrics"))
+}
+
+/// Cumulative bucket counts of histogram `name`: (bound in ms, count),
+/// `+Inf` last, summed over the texts given.
+fn histogram_ms(texts: &[String], name: &str, to_ms: f64) -> Vec<(f64, u64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let mut out: Vec<(f64, u64)> = Vec::new();
+    for t in texts {
+        for l in t.lines() {
+            let Some(rest) = l.strip_prefix(&prefix) else {
+                continue;
+            };
+            let Some((le, count)) = rest.split_once("\"}") else {
+                continue;
+            };
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                match le.parse::<f64>() {
+                    Ok(v) => v * to_ms,
+                    Err(_) => continue,
+                }
+            };
+            let count = count.trim().parse::<f64>().unwrap_or(0.0) as u64;
+            let same = |b: f64| b == le || (le.is_finite() && (b - le).abs() <= 1e-9 * le);
+            match out.iter_mut().find(|(b, _)| same(*b)) {
+                Some(x) => x.1 += count,
+                None => out.push((le, count)),
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// [`Slow`] of the observations between two scrapes of every member.
+fn slow_between(before: &[String], after: &[String], name: &str, to_ms: f64) -> Slow {
+    let b = histogram_ms(before, name, to_ms);
+    let a = histogram_ms(after, name, to_ms);
+    let at = |h: &[(f64, u64)], le: f64| -> u64 {
+        h.iter()
+            .filter(|(x, _)| *x <= le * (1.0 + 1e-9))
+            .map(|x| x.1)
+            .max()
+            .unwrap_or(0)
+    };
+    let diff: Vec<(f64, u64)> = a
+        .iter()
+        .map(|&(le, n)| (le, n.saturating_sub(at(&b, le))))
+        .collect();
+    let total = diff.last().map(|x| x.1).unwrap_or(0);
+    Slow {
+        count: total,
+        over_32ms: total.saturating_sub(at(&diff, 32.0)),
+        // (+Inf, which JSON cannot hold, as f64::MAX)
+        max_le_ms: diff
+            .iter()
+            .find(|x| total > 0 && x.1 == total)
+            .map(|x| x.0.min(f64::MAX))
+            .unwrap_or(0.0),
+    }
+}
+
+fn stalls_between(before: &[String], after: &[String]) -> Stalls {
+    let [w, c, d, i] =
+        STALL_HISTOGRAMS.map(|(name, to_ms)| slow_between(before, after, name, to_ms));
+    Stalls {
+        wal_fsync: w,
+        backend_commit: c,
+        db_compaction_pause: d,
+        index_compaction_pause: i,
+    }
+}
+
+async fn scrape_all(s: &Servers) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for ep in &s.endpoints {
+        out.push(scrape_metrics(ep).await?);
+    }
+    Ok(out)
+}
+
+/// Latency (ms) of the successful puts among `lat` sent in `[from, to]`,
+/// sorted, and how many of those sent then failed.
+fn puts_between(lat: &[(Instant, f64, bool)], from: Instant, to: Instant) -> (Vec<f64>, u64) {
+    let during: Vec<&(Instant, f64, bool)> = lat
+        .iter()
+        .filter(|(sent, _, _)| *sent >= from && *sent <= to)
+        .collect();
+    let mut ok: Vec<f64> = during.iter().filter(|d| d.2).map(|d| d.1).collect();
+    ok.sort_by(f64::total_cmp);
+    let failed = during.iter().filter(|d| !d.2).count() as u64;
+    (ok, failed)
+}
+
+/// The `q`th percentile of sorted `v` (0 when empty).
+fn pct_sorted(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v[((q / 100.0) * (v.len() - 1) as f64).round() as usize]
 }
 
 /// The `soak` measures: the k8s workload for N seconds at `--soak-rate`
@@ -775,6 +959,10 @@ async fn compaction_point(s: &Servers, n: u64, o: &ScaleOpts) -> Result<Compacti
     // sent while it ran count.
     let load = PutLoad::start(s, n, o.put_rate, o.value_size).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let base_metrics = scrape_all(s).await?;
+    let base_from = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(o.compaction_baseline.max(0.0))).await;
+    let base_to = Instant::now();
     let head = kv
         .range(RangeRequest {
             key: KEY_PREFIX.to_vec(),
@@ -788,6 +976,7 @@ async fn compaction_point(s: &Servers, n: u64, o: &ScaleOpts) -> Result<Compacti
         .unwrap_or(0);
     let pid = s.pids()[0];
     let sampler = RssSampler::start(pid, Duration::from_millis(20));
+    let before = scrape_all(s).await?;
     let cpu0 = s.cpu_secs();
     let started = Instant::now();
     let compacted = kv
@@ -798,23 +987,13 @@ async fn compaction_point(s: &Servers, n: u64, o: &ScaleOpts) -> Result<Compacti
         .await;
     let done = Instant::now();
     let server_cpu_secs = s.cpu_secs() - cpu0;
+    let after = scrape_all(s).await?;
     let rss_peak_bytes = sampler.stop().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let lat = load.stop().await;
     compacted.context("compact")?;
-    let during: Vec<(f64, bool)> = lat
-        .iter()
-        .filter(|(sent, _, _)| *sent >= started && *sent <= done)
-        .map(|(_, ms, ok)| (*ms, *ok))
-        .collect();
-    let mut ok: Vec<f64> = during.iter().filter(|d| d.1).map(|d| d.0).collect();
-    ok.sort_by(f64::total_cmp);
-    let pct = |q: f64| -> f64 {
-        if ok.is_empty() {
-            return 0.0;
-        }
-        ok[((q / 100.0) * (ok.len() - 1) as f64).round() as usize]
-    };
+    let (ok, put_errors) = puts_between(&lat, started, done);
+    let (base, _) = puts_between(&lat, base_from, base_to);
     tokio::time::sleep(Duration::from_millis(500)).await;
     Ok(CompactionResult {
         keys: n,
@@ -829,15 +1008,22 @@ async fn compaction_point(s: &Servers, n: u64, o: &ScaleOpts) -> Result<Compacti
         revisions_removed: n * (revisions - 1),
         compact_secs: (done - started).as_secs_f64(),
         put_rate: o.put_rate,
-        puts: during.len() as u64,
-        put_errors: during.iter().filter(|d| !d.1).count() as u64,
-        put_p50_ms: pct(50.0),
-        put_p99_ms: pct(99.0),
+        puts: ok.len() as u64 + put_errors,
+        put_errors,
+        put_p50_ms: pct_sorted(&ok, 50.0),
+        put_p99_ms: pct_sorted(&ok, 99.0),
         put_max_ms: ok.last().copied().unwrap_or(0.0),
         puts_over_50ms: ok.iter().filter(|&&ms| ms > 50.0).count() as u64,
         server_cpu_secs,
         rss_peak_bytes,
         rss_after_bytes: s.max_rss(),
+        baseline_secs: (base_to - base_from).as_secs_f64(),
+        baseline_puts: base.len() as u64,
+        baseline_p99_ms: pct_sorted(&base, 99.0),
+        baseline_max_ms: base.last().copied().unwrap_or(0.0),
+        baseline_over_50ms: base.iter().filter(|&&ms| ms > 50.0).count() as u64,
+        stalls_baseline: stalls_between(&base_metrics, &before),
+        stalls_during: stalls_between(&before, &after),
     })
 }
 
@@ -935,6 +1121,21 @@ async fn soak_point(s: &Servers, secs: u64, o: &ScaleOpts) -> Result<SoakResult>
             db_size_bytes,
             server_cpu_secs: s.cpu_secs() - cpu0,
         });
+        // Each sample as it is taken: a soak killed before its end (or a
+        // session that stops) still leaves its samples on stderr.
+        if let Some(x) = samples.last() {
+            eprintln!(
+                "  soak t={:.0}s {:.0} ops/s p50 {:.2} ms p99 {:.2} ms errors {} rss {:.1} MiB db {:.1} MiB cpu {:.1} s",
+                x.t_secs,
+                x.ops_per_sec,
+                x.p50_ms,
+                x.p99_ms,
+                x.errors,
+                x.rss_bytes as f64 / MIB,
+                x.db_size_bytes as f64 / MIB,
+                x.server_cpu_secs
+            );
+        }
         if o.defrag_every > 0.0 && last_defrag.elapsed().as_secs_f64() >= o.defrag_every {
             match maint.defragment().await {
                 Ok(_) => defrags += 1,
@@ -1563,6 +1764,33 @@ fn print_point(p: &ScalePoint) {
             c.puts_over_50ms,
             c.put_errors
         );
+        let st = |x: &Stalls| {
+            let f = |n: &str, s: &Slow| {
+                let max = if s.max_le_ms == f64::MAX {
+                    "above the last bound".to_string()
+                } else {
+                    format!("<= {} ms", s.max_le_ms)
+                };
+                format!("{n} {}/{} over 32 ms (max {max})", s.over_32ms, s.count)
+            };
+            [
+                f("wal fsync", &x.wal_fsync),
+                f("backend commit", &x.backend_commit),
+                f("db compaction pause", &x.db_compaction_pause),
+                f("index compaction pause", &x.index_compaction_pause),
+            ]
+            .join(", ")
+        };
+        eprintln!(
+            "{tag}   before it, {:.0} s of the same puts: {} puts, p99 {:.2} ms max {:.1} ms, {} over 50 ms; {}",
+            c.baseline_secs,
+            c.baseline_puts,
+            c.baseline_p99_ms,
+            c.baseline_max_ms,
+            c.baseline_over_50ms,
+            st(&c.stalls_baseline)
+        );
+        eprintln!("{tag}   while it ran: {}", st(&c.stalls_during));
     }
     if let Some(w) = &p.watchers {
         eprintln!(
@@ -2018,6 +2246,49 @@ mod tests {
         assert_eq!(point_limit(ScaleKind::Keys, 1_000_000, 3600), 3600);
     }
 
+    #[test]
+    fn test_stalls_are_the_slow_observations_between_two_scrapes() {
+        let text = |fsync: [u64; 4], pause: [u64; 3]| {
+            format!(
+                "# HELP x\n\
+                 etcd_disk_wal_fsync_duration_seconds_bucket{{le=\"0.016\"}} {}\n\
+                 etcd_disk_wal_fsync_duration_seconds_bucket{{le=\"0.032\"}} {}\n\
+                 etcd_disk_wal_fsync_duration_seconds_bucket{{le=\"0.064\"}} {}\n\
+                 etcd_disk_wal_fsync_duration_seconds_bucket{{le=\"+Inf\"}} {}\n\
+                 etcd_disk_wal_fsync_duration_seconds_sum 1.5\n\
+                 etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_bucket{{le=\"32\"}} {}\n\
+                 etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_bucket{{le=\"64\"}} {}\n\
+                 etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_bucket{{le=\"+Inf\"}} {}\n",
+                fsync[0], fsync[1], fsync[2], fsync[3], pause[0], pause[1], pause[2]
+            )
+        };
+        let before = vec![text([10, 12, 13, 13], [0, 0, 0])];
+        // 5 more fsyncs: 2 under 16 ms, 1 in (16, 32], 2 in (32, 64]; 3
+        // pauses, one in (32, 64]
+        let after = vec![text([12, 15, 18, 18], [2, 3, 3])];
+        let st = stalls_between(&before, &after);
+        assert_eq!(st.wal_fsync.count, 5);
+        assert_eq!(st.wal_fsync.over_32ms, 2);
+        assert_eq!(st.wal_fsync.max_le_ms, 64.0);
+        assert_eq!(st.db_compaction_pause.count, 3);
+        assert_eq!(st.db_compaction_pause.over_32ms, 1);
+        assert_eq!(st.db_compaction_pause.max_le_ms, 64.0);
+        // absent from the text: nothing seen
+        assert_eq!(st.backend_commit.count, 0);
+        assert_eq!(st.backend_commit.max_le_ms, 0.0);
+        // two members' texts add up
+        let two = stalls_between(
+            &[before[0].clone(), before[0].clone()],
+            &[after[0].clone(), after[0].clone()],
+        );
+        assert_eq!(two.wal_fsync.count, 10);
+        assert_eq!(two.wal_fsync.over_32ms, 4);
+        // one fsync above the last bound
+        let slowest = stalls_between(&before, &[text([12, 15, 18, 19], [0, 0, 0])]);
+        assert_eq!(slowest.wal_fsync.max_le_ms, f64::MAX);
+        assert_eq!(slowest.wal_fsync.over_32ms, 3);
+    }
+
     fn opts(sizes: &[&str]) -> ScaleOpts {
         ScaleOpts {
             sizes: sizes.iter().map(|s| s.to_string()).collect(),
@@ -2033,6 +2304,7 @@ mod tests {
             point_timeout: 3600,
             lists: vec!["paginated".into(), "stream".into(), "unary".into()],
             compact_revisions: 10,
+            compaction_baseline: 30.0,
             soak_rate: 2000.0,
             soak_interval: 60.0,
             defrag_every: 600.0,

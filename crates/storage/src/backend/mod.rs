@@ -30,7 +30,7 @@
 //! or a WAL truncation.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -141,10 +141,10 @@ impl std::ops::Deref for ReadSnapshot {
 pub struct Backend {
     db: RwLock<Arc<Database>>,
     path: PathBuf,
-    /// Last measured bytes in use; see [`Backend::size_in_use`].
-    in_use: AtomicU64,
-    /// When `in_use` was last measured (ms since `opened`; 0 = never).
-    in_use_at_ms: AtomicU64,
+    /// Bytes in use, last measured (or estimated at open and after a
+    /// swap); see [`Backend::size_in_use`]. Shared with the measuring
+    /// thread.
+    in_use: Arc<InUse>,
     /// File size last read by [`Backend::size_cached`].
     size: AtomicU64,
     /// When `size` was read (ms since `opened`; 0 = never).
@@ -155,8 +155,27 @@ pub struct Backend {
 /// How stale [`Backend::size_cached`] may be.
 pub const SIZE_REFRESH: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// How often [`Backend::size_in_use`] measures at most.
+/// How often [`Backend::size_in_use`] measures at most; and at most once
+/// per [`IN_USE_DUTY`] times the last measurement's duration.
 pub const IN_USE_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+/// See [`IN_USE_REFRESH`]: a walk that took 1 s runs at most every 50 s.
+const IN_USE_DUTY: u32 = 50;
+
+/// [`Backend::size_in_use`]'s state; every field is an atomic (no lock):
+/// callers read `bytes`, one measuring thread at a time writes it.
+#[derive(Default)]
+struct InUse {
+    bytes: AtomicU64,
+    /// When the last measurement started (ms since `opened`; 0 = never).
+    at_ms: AtomicU64,
+    /// How long the last measurement took, ms.
+    took_ms: AtomicU64,
+    /// A measuring thread is running.
+    measuring: AtomicBool,
+    /// Bumped by [`Backend::swap`]: a measurement of the file before it
+    /// is not stored.
+    file_gen: AtomicU64,
+}
 
 /// How long a database replaced by a defrag stays open for callers that
 /// took [`Backend::db`] just before the swap (their transactions are
@@ -202,14 +221,17 @@ impl Backend {
         let backend = Backend {
             db: RwLock::new(Arc::new(db)),
             path: path.to_path_buf(),
-            in_use: AtomicU64::new(0),
-            in_use_at_ms: AtomicU64::new(0),
+            in_use: Arc::new(InUse::default()),
             size: AtomicU64::new(0),
             size_at_ms: AtomicU64::new(0),
             opened: std::time::Instant::now(),
         };
-        backend.record_size_in_use(&txn);
         commit_with(txn, CommitPolicy::Durable)?;
+        // Until measured: every written byte (an upper bound).
+        backend
+            .in_use
+            .bytes
+            .store(backend.size(), Ordering::Relaxed);
         Ok(backend)
     }
 
@@ -241,9 +263,13 @@ impl Backend {
                 std::thread::sleep(RETIRE_GRACE);
                 drop(old);
             });
-        // A new file: measure again now.
-        self.in_use_at_ms.store(0, Ordering::Relaxed);
+        // A new file: its written bytes until measured, then measure.
+        self.in_use.file_gen.fetch_add(1, Ordering::SeqCst);
+        self.in_use.bytes.store(0, Ordering::Relaxed);
         self.size_at_ms.store(0, Ordering::Relaxed);
+        let size = self.size();
+        self.in_use.bytes.store(size, Ordering::Relaxed);
+        self.in_use.at_ms.store(0, Ordering::Relaxed);
         let _ = self.size_in_use();
     }
 
@@ -287,9 +313,29 @@ impl Backend {
         &self.path
     }
 
-    /// Size of the database file in bytes (etcd's `dbSize`).
+    /// Bytes of the database file on disk (etcd's `dbSize`, the size the
+    /// quota is checked against).
+    ///
+    /// Not the file's length: redb grows its file by doubling it (below
+    /// 4 GiB, then by 4 GiB regions) with `set_len`, so a store just past
+    /// 1 GiB has a 2 GiB file whose second half was never written (sparse).
+    /// Against the length, the default 2 GiB quota raised NOSPACE with
+    /// ~1.1 GiB in the file. etcd's `dbSize` is bbolt's high-water mark,
+    /// the pages ever used until a defrag; the file's allocated blocks are
+    /// the same thing here (redb allocates the lowest free pages first,
+    /// freed pages are reused, a defrag writes a compact file). So: the
+    /// allocated bytes, never above the length (preallocating file
+    /// systems) nor below the bytes last measured in use (pages still in
+    /// the writer's buffer); on a file system without sparse files the
+    /// blocks are the whole length, as before.
     pub fn size(&self) -> u64 {
-        let size = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        let size = std::fs::metadata(&self.path)
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                let written = (m.blocks() * 512).max(self.in_use.bytes.load(Ordering::Relaxed));
+                m.len().min(written)
+            })
+            .unwrap_or(0);
         self.size.store(size, Ordering::Relaxed);
         let now_ms = self.opened.elapsed().as_millis() as u64;
         self.size_at_ms.store(now_ms.max(1), Ordering::Relaxed);
@@ -309,41 +355,74 @@ impl Backend {
         self.size.load(Ordering::Relaxed)
     }
 
-    /// Best-effort bytes in use (etcd's `dbSizeInUse`): redb's allocated
-    /// pages times the page size, i.e. the file minus its free pages.
+    /// Bytes in use (etcd's `dbSizeInUse`): the pages of every table's
+    /// B-tree (redb's table stats: stored, metadata and fragmented bytes),
+    /// i.e. the written file minus its free pages and redb's own small
+    /// system tables. Until the first measurement after an open or a
+    /// defrag: the written bytes.
     ///
-    /// redb only reports this from a write transaction. When no writer is
-    /// active this measures now; otherwise it returns the value last
-    /// recorded, either by an earlier call or by a writer that called
-    /// [`Backend::record_size_in_use`] before committing.
-    ///
-    /// Measuring walks every page of the B-tree (redb's `stats()`) under a
-    /// write transaction, so it is never done on the commit path and at
-    /// most once per [`IN_USE_REFRESH`]; in between the last value is
-    /// returned.
+    /// Measuring walks every page, ~1 s at 800 MB. redb's database-wide
+    /// `stats()` needs a write transaction, which would stop every writer
+    /// for the walk (it did: a Status or a metrics scrape paused the puts
+    /// for ~1 s on an 800 MB store); the tables' stats walk a read snapshot
+    /// instead, on a thread of its own, so neither writers nor the caller
+    /// wait. This returns the last value at once and starts a measurement
+    /// when one is due: [`IN_USE_REFRESH`] after the last, and
+    /// [`IN_USE_DUTY`] times its duration.
     pub fn size_in_use(&self) -> u64 {
-        let now_ms = self.opened.elapsed().as_millis() as u64;
-        let last = self.in_use_at_ms.load(Ordering::Relaxed);
-        let due = last == 0 || now_ms.saturating_sub(last) >= IN_USE_REFRESH.as_millis() as u64;
-        if due {
-            // Only when the writer is free; a busy writer means try again
-            // on the next call, not a stale value for another interval.
-            if let Ok(txn) = self.db().try_begin_write() {
-                self.record_size_in_use(&txn);
-                let _ = txn.abort();
-                self.in_use_at_ms.store(now_ms.max(1), Ordering::Relaxed);
+        let st = &self.in_use;
+        let now_ms = (self.opened.elapsed().as_millis() as u64).max(1);
+        let last = st.at_ms.load(Ordering::Relaxed);
+        let gap = (IN_USE_REFRESH.as_millis() as u64)
+            .max(st.took_ms.load(Ordering::Relaxed) * u64::from(IN_USE_DUTY));
+        let due = last == 0 || now_ms.saturating_sub(last) >= gap;
+        if due && !st.measuring.swap(true, Ordering::SeqCst) {
+            st.at_ms.store(now_ms, Ordering::Relaxed);
+            let (db, st) = (self.db(), st.clone());
+            let gen = st.file_gen.load(Ordering::SeqCst);
+            let spawned = std::thread::Builder::new()
+                .name("backend-in-use".into())
+                .spawn(move || {
+                    let started = std::time::Instant::now();
+                    match tables_bytes(&db) {
+                        Ok(bytes) if st.file_gen.load(Ordering::SeqCst) == gen => {
+                            st.bytes.store(bytes, Ordering::Relaxed);
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %e, "backend: measuring the bytes in use")
+                        }
+                    }
+                    st.took_ms
+                        .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    st.measuring.store(false, Ordering::SeqCst);
+                });
+            if spawned.is_err() {
+                self.in_use.measuring.store(false, Ordering::SeqCst);
             }
         }
-        self.in_use.load(Ordering::Relaxed)
+        self.in_use.bytes.load(Ordering::Relaxed)
     }
 
-    /// Records the bytes in use as seen by `txn` (walks the whole tree).
-    pub fn record_size_in_use(&self, txn: &WriteTransaction) {
-        if let Ok(stats) = txn.stats() {
-            let bytes = stats.allocated_pages() * stats.page_size() as u64;
-            self.in_use.store(bytes, Ordering::Relaxed);
-        }
+    /// Measures the bytes in use now, in the caller's thread (tests, tools).
+    pub fn measure_size_in_use(&self) -> Result<u64, BackendError> {
+        let bytes = tables_bytes(&self.db())?;
+        self.in_use.bytes.store(bytes, Ordering::Relaxed);
+        Ok(bytes)
     }
+}
+
+/// The bytes of every table's pages, walked on a read snapshot of `db`.
+fn tables_bytes(db: &Database) -> Result<u64, BackendError> {
+    use redb::{ReadableDatabase, ReadableTableMetadata};
+    let r = db.begin_read()?;
+    let mut total = 0u64;
+    for handle in r.list_tables()? {
+        let t = r.open_untyped_table(handle)?;
+        let st = t.stats()?;
+        total += st.stored_bytes() + st.metadata_bytes() + st.fragmented_bytes();
+    }
+    Ok(total)
 }
 
 /// Creates every table of the backend (idempotent).
@@ -375,6 +454,101 @@ mod tests {
         r.open_table(META).unwrap();
         r.open_table(MEMBERS).unwrap();
         r.open_table(LEASES).unwrap();
+    }
+
+    /// redb doubles its file as it grows; the size is what was written,
+    /// so a file just past a doubling is not counted at its new length.
+    #[test]
+    fn test_size_is_the_bytes_written_not_the_doubled_length() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let b = Backend::open(&path).unwrap();
+        let value = vec![7u8; 1000];
+        let mut written = 0u64;
+        let mut sparse_seen = false;
+        for batch in 0..400u64 {
+            let txn = b.db().begin_write().unwrap();
+            {
+                let mut t = txn.open_table(KEY).unwrap();
+                for i in 0..100u64 {
+                    let k = (batch * 100 + i).to_be_bytes();
+                    t.insert(k.as_slice(), value.as_slice()).unwrap();
+                }
+            }
+            commit_with(txn, CommitPolicy::Durable).unwrap();
+            written += 100 * 1008;
+            let m = std::fs::metadata(&path).unwrap();
+            let size = b.size();
+            assert!(size <= m.len(), "size {size} > length {}", m.len());
+            assert!(size >= written, "size {size} < {written} bytes written");
+            if m.len() > size + size / 4 {
+                // past a doubling: a quarter or more never written
+                sparse_seen = true;
+                assert_eq!(
+                    size,
+                    (m.blocks() * 512).max(b.in_use.bytes.load(Ordering::Relaxed))
+                );
+            }
+        }
+        // (the test's file system has sparse files: tmpfs, ext4, xfs)
+        assert!(sparse_seen, "the file never doubled past what was written");
+    }
+
+    /// The bytes in use are measured on a read snapshot in the background:
+    /// the call returns at once, a writer can commit meanwhile, and the
+    /// value drops below the size once most rows are deleted.
+    #[test]
+    fn test_size_in_use_is_measured_without_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Backend::open(&dir.path().join("db")).unwrap();
+        let value = vec![1u8; 1000];
+        for batch in 0..20u64 {
+            let txn = b.db().begin_write().unwrap();
+            {
+                let mut t = txn.open_table(KEY).unwrap();
+                for i in 0..500u64 {
+                    t.insert((batch * 500 + i).to_be_bytes().as_slice(), value.as_slice())
+                        .unwrap();
+                }
+            }
+            commit_with(txn, CommitPolicy::Durable).unwrap();
+        }
+        let full = b.measure_size_in_use().unwrap();
+        assert!(full >= 10_000 * 1000, "{full}");
+        let txn = b.db().begin_write().unwrap();
+        {
+            let mut t = txn.open_table(KEY).unwrap();
+            for i in 0..9_500u64 {
+                t.remove(i.to_be_bytes().as_slice()).unwrap();
+            }
+        }
+        commit_with(txn, CommitPolicy::Durable).unwrap();
+        // a background measurement is due (none yet since open)
+        b.in_use.at_ms.store(0, Ordering::Relaxed);
+        // the writer is free while the caller holds one (the walk is on a
+        // read snapshot): this would wait forever on a write transaction
+        let w = b.db().begin_write().unwrap();
+        let _ = b.size_in_use();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while b.in_use.measuring.load(Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "measurement never finished"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        drop(w);
+        let after = b.size_in_use();
+        assert!(
+            after < full / 4,
+            "in use {after} after deleting 95 % of {full}"
+        );
+        assert!(after <= b.size());
+        assert!(
+            b.size() >= full,
+            "the file's written bytes stay until a defrag"
+        );
     }
 
     #[test]
