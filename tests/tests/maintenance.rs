@@ -53,11 +53,12 @@ async fn fill_until_nospace(c: &mut Client) -> usize {
 
 /// The quota counts the bytes the store holds, not a file length that
 /// grows by doubling: under a 64 MiB quota, 100 kB puts fill most of it
-/// before NOSPACE (etcd ~95 %, retcd ~75 %: redb gives a 100 kB value a
-/// 128 KiB leaf). Counting redb's file length, retcd stopped near 40 %:
-/// the file doubled to 64 MiB once it held 32 MiB (and the default 2 GiB
-/// quota was hit with 1.1 GiB stored, in the one-hour soak). Status's
-/// dbSize counts at least what was written and stays near the quota.
+/// before NOSPACE (etcd 661–685 puts, ~100 %; retcd 524–539, ~80 %: redb
+/// gives a 100 kB value a 128 KiB leaf). Counting redb's file length,
+/// retcd stopped at 323 puts (48 %): the file doubled to 64 MiB once it
+/// held 32 MiB (and the default 2 GiB quota was hit with 1.1 GiB stored,
+/// in the one-hour soak). Status's dbSize counts at least what was
+/// written and stays near the quota.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_quota_counts_bytes_stored_not_file_length() {
     bounded(LIMIT, async {
@@ -81,9 +82,12 @@ async fn test_quota_counts_bytes_stored_not_file_length() {
         let st = cl.status().await.unwrap();
         let db = st.db_size() as u64;
         assert!(db >= written, "dbSize {db} < {written} bytes written");
+        // (the size checked is up to 100 ms old in both servers, so
+        // sequential 100 kB puts overshoot it by a few MB: etcd 3.4 by up
+        // to ~4 MB here)
         assert!(
-            db <= quota + (2 << 20),
-            "dbSize {db} over the {quota}-byte quota"
+            db <= quota + quota / 8,
+            "dbSize {db} well over the {quota}-byte quota"
         );
         assert!(st.raft_used_db_size() as u64 <= db, "{st:?}");
     })
