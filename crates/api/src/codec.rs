@@ -88,7 +88,7 @@ const RELEASE_EVERY: usize = 16 << 20;
 /// same bytes), dropping each key-value once written: a large unary Range
 /// is in memory about once (the kvs shrink as the encoding grows) rather
 /// than twice (all its kvs, then all its encoding).
-fn encode_range_draining(r: &mut RangeResponse, buf: &mut impl bytes::BufMut) {
+pub fn encode_range_draining(r: &mut RangeResponse, buf: &mut impl bytes::BufMut) {
     if let Some(h) = &r.header {
         encoding::message::encode(1, h, buf);
     }

@@ -332,6 +332,24 @@ impl KvStore {
         range::fetch(&table, req, plan, max_bytes)
     }
 
+    /// A plain Range ([`range::is_plain_range`]) answered as its stored
+    /// rows, to be written out a piece at a time: the revisions are picked
+    /// and the rows' sizes read now, the rows themselves when written,
+    /// from the same snapshot. Bounded by `--max-range-response-bytes` as
+    /// [`KvStore::range`].
+    pub fn range_encoded(&self, req: &RangeRequest) -> Result<range::EncodedRange, MvccError> {
+        debug_assert!(range::is_plain_range(req));
+        let (plan, snapshot) = {
+            let index = self.index.read();
+            let p = self.published.read().clone();
+            (
+                range::plan(&index, req, p.rev, p.compact_rev, true)?,
+                p.snapshot,
+            )
+        };
+        range::EncodedRange::new(snapshot, req, plan, self.max_response_bytes())
+    }
+
     /// Every live key with a lease, and its lease, at the current
     /// revision (the lessor's reattachment at start). Reads each live row
     /// without its value, so a store of large values is not copied into

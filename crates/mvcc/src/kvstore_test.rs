@@ -1193,3 +1193,96 @@ fn test_read_txn_matches_batch_txn() {
     };
     assert_eq!(t.store.read_txn(&txn), Err(MvccError::FutureRev));
 }
+
+/// A plain Range written from its stored rows (`range_encoded`) is the
+/// same message as the one `range` builds: same kvs bytes, more, count and
+/// header revision, whatever the limit, revision or piece size; and it
+/// keeps reading its own snapshot while later writes and a compaction run.
+#[test]
+fn test_range_encoded_is_ranges_answer() {
+    use prost::Message;
+    let t = new_store();
+    for i in 0..40 {
+        put(&t.store, &format!("k{i:02}"), &"v".repeat(i * 7));
+    }
+    put(&t.store, "k05", "again");
+    del(&t.store, "k1", "k2");
+    let at = t.store.current_revision();
+    let reqs = [
+        rng("k", "l"),
+        rng("k05", ""),
+        rng("nope", ""),
+        rng("\0", ""),
+        RangeRequest {
+            limit: 7,
+            ..rng("k", "l")
+        },
+        RangeRequest {
+            limit: 100,
+            ..rng("k", "l")
+        },
+        RangeRequest {
+            revision: 30,
+            ..rng("k", "l")
+        },
+        RangeRequest {
+            sort_order: SortOrder::Ascend as i32,
+            sort_target: SortTarget::Key as i32,
+            ..rng("k2", "k3")
+        },
+    ];
+    for req in reqs {
+        assert!(crate::is_plain_range(&req));
+        let want = t.store.range(&req).unwrap();
+        for piece in [1, 64, 1 << 20] {
+            let mut e = t.store.range_encoded(&req).unwrap();
+            assert_eq!(e.len(), want.kvs.len());
+            let mut kvs = Vec::new();
+            loop {
+                let target = kvs.len() + piece;
+                if !e.write_kvs(&mut kvs, target).unwrap() {
+                    break;
+                }
+            }
+            assert_eq!(kvs.len(), e.kvs_len(), "{req:?}");
+            let got = retcd_api::etcdserverpb::RangeResponse::decode(kvs.as_slice()).unwrap();
+            assert_eq!(got.kvs, want.kvs, "{req:?} in pieces of {piece}");
+            assert_eq!((e.more, e.count), (want.more, want.count), "{req:?}");
+            assert_eq!(e.header_rev, want.header.as_ref().unwrap().revision);
+        }
+    }
+    // the snapshot is pinned: later writes and a compaction do not change
+    // what a range already planned writes
+    let mut e = t.store.range_encoded(&rng("k", "l")).unwrap();
+    let want = t.store.range(&rng("k", "l")).unwrap();
+    put(&t.store, "k00", "changed");
+    del(&t.store, "k3", "k4");
+    compact(&t.store, t.store.current_revision()).unwrap();
+    let mut kvs = Vec::new();
+    while e.write_kvs(&mut kvs, usize::MAX).unwrap() {}
+    let got = retcd_api::etcdserverpb::RangeResponse::decode(kvs.as_slice()).unwrap();
+    assert_eq!(got.kvs, want.kvs);
+    assert_eq!(e.header_rev, at);
+    // the response bound applies before anything is read for the answer
+    t.store.set_max_response_bytes(100);
+    assert!(matches!(
+        t.store.range_encoded(&rng("k", "l")),
+        Err(MvccError::ResponseTooLarge { max: 100, .. })
+    ));
+    assert!(t.store.range_encoded(&rng("k00", "")).is_ok());
+    // a compacted or future revision fails as Range does
+    assert!(matches!(
+        t.store.range_encoded(&RangeRequest {
+            revision: 3,
+            ..rng("k", "l")
+        }),
+        Err(MvccError::Compacted)
+    ));
+    assert!(matches!(
+        t.store.range_encoded(&RangeRequest {
+            revision: at + 100,
+            ..rng("k", "l")
+        }),
+        Err(MvccError::FutureRev)
+    ));
+}

@@ -14,6 +14,10 @@ use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 use retcd_api::mvccpb::KeyValue;
 
+use std::sync::Arc;
+
+use retcd_storage::backend::{ReadSnapshot, KEY};
+
 use crate::index::{KeyRange, TreeIndex};
 use crate::revision::Revision;
 use crate::MvccError;
@@ -263,6 +267,190 @@ where
         more,
         count: plan.total as i64,
     })
+}
+
+/// Whether [`KvStore::range_encoded`](crate::KvStore::range_encoded) can
+/// answer `req`: no sort, no revision filter, values wanted, keys listed.
+/// Its kvs are then the stored rows in index order, so the response can be
+/// written from the rows without decoding them.
+pub fn is_plain_range(req: &RangeRequest) -> bool {
+    let default_order = req.sort_order == SortOrder::None as i32
+        || (req.sort_target == SortTarget::Key as i32
+            && req.sort_order == SortOrder::Ascend as i32);
+    default_order
+        && req.min_mod_revision == 0
+        && req.max_mod_revision == 0
+        && req.min_create_revision == 0
+        && req.max_create_revision == 0
+        && !req.keys_only
+        && !req.count_only
+}
+
+/// A plain Range's answer, not yet read: the revisions it lists and the
+/// snapshot they are read from, with the encoded size of its `kvs` known
+/// (the stored rows' lengths, a first pass over the same snapshot). The
+/// caller writes the response's prefix with [`EncodedRange::kvs_len`], then
+/// the kvs a piece at a time with [`EncodedRange::write_kvs`], so a Range
+/// of any size is never in memory whole (etcd builds it whole).
+///
+/// Both passes read rows in revision order (the table's order), each row
+/// written to its place in key order: a point lookup per row read a leaf
+/// page per row from redb's small cache, a walk reads each leaf once for
+/// all the rows on it that the list wants.
+pub struct EncodedRange {
+    snapshot: Arc<ReadSnapshot>,
+    /// In key order.
+    revs: Vec<Revision>,
+    /// Each row's stored length, in the order of `revs`.
+    lens: Vec<u32>,
+    next: usize,
+    kvs_len: usize,
+    /// The store revision the response reports.
+    pub header_rev: i64,
+    /// Keys follow the limit (`RangeResponse.more`).
+    pub more: bool,
+    /// Keys in the range (`RangeResponse.count`).
+    pub count: i64,
+}
+
+/// Steps a walk takes over rows it does not want before it seeks instead.
+const WALK_SKIP: usize = 8;
+
+/// Calls `f(i, row)` for each `revs[i]`, `i` taken from `order` (indexes of
+/// `revs` sorted by revision), walking the table forward and seeking past
+/// long gaps. Every revision must have a row.
+fn walk_rows<T, F>(table: &T, revs: &[Revision], order: &[u32], mut f: F) -> Result<(), MvccError>
+where
+    T: ReadableTable<&'static [u8], &'static [u8]>,
+    F: FnMut(usize, &[u8]) -> Result<(), MvccError>,
+{
+    let Some(&first) = order.first() else {
+        return Ok(());
+    };
+    let seek = |rev: Revision| table.range::<&[u8]>(rev.to_bytes().as_slice()..);
+    let mut rows = seek(revs[first as usize])?;
+    for &i in order {
+        let want = revs[i as usize];
+        let bytes = want.to_bytes();
+        let mut skipped = 0;
+        loop {
+            let missing = || MvccError::Backend(format!("range cannot find rev {want}"));
+            let (k, v) = rows.next().ok_or_else(missing)??;
+            match k.value().cmp(bytes.as_slice()) {
+                Ordering::Equal => {
+                    f(i as usize, v.value())?;
+                    break;
+                }
+                Ordering::Greater => return Err(missing()),
+                Ordering::Less => {
+                    skipped += 1;
+                    if skipped >= WALK_SKIP {
+                        rows = seek(want)?;
+                        skipped = 0;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Indexes of `revs[from..to]` sorted by revision.
+fn rev_order(revs: &[Revision], from: usize, to: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (from as u32..to as u32).collect();
+    order.sort_unstable_by_key(|&i| revs[i as usize]);
+    order
+}
+
+impl EncodedRange {
+    /// Reads the sizes of the planned rows; fails with
+    /// [`MvccError::ResponseTooLarge`] past `max_bytes`, as [`fetch`].
+    pub(crate) fn new(
+        snapshot: Arc<ReadSnapshot>,
+        req: &RangeRequest,
+        mut plan: RangePlan,
+        max_bytes: usize,
+    ) -> Result<EncodedRange, MvccError> {
+        let mut more = false;
+        if req.limit > 0 && plan.revs.len() > req.limit as usize {
+            plan.revs.truncate(req.limit as usize);
+            more = true;
+        }
+        let revs = plan.revs;
+        let mut lens = vec![0u32; revs.len()];
+        {
+            let table = snapshot.open_table(KEY)?;
+            let order = rev_order(&revs, 0, revs.len());
+            walk_rows(&table, &revs, &order, |i, row| {
+                lens[i] = u32::try_from(row.len())
+                    .map_err(|_| MvccError::Backend(format!("row at {} too long", revs[i])))?;
+                Ok(())
+            })?;
+        }
+        let kvs_len = lens
+            .iter()
+            .fold(0usize, |n, l| n.saturating_add(field_len(*l as usize)));
+        if kvs_len > max_bytes {
+            return Err(MvccError::ResponseTooLarge {
+                size: kvs_len,
+                max: max_bytes,
+            });
+        }
+        Ok(EncodedRange {
+            snapshot,
+            revs,
+            lens,
+            next: 0,
+            kvs_len,
+            header_rev: plan.header_rev,
+            more,
+            count: plan.total as i64,
+        })
+    }
+
+    /// Bytes the `kvs` fields take in the response.
+    pub fn kvs_len(&self) -> usize {
+        self.kvs_len
+    }
+
+    /// Keys listed.
+    pub fn len(&self) -> usize {
+        self.revs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.revs.is_empty()
+    }
+
+    /// Appends the next kvs (field 2 of `RangeResponse`, each its stored
+    /// row) until `out` holds at least `target` bytes or none are left;
+    /// false once every kv is written.
+    pub fn write_kvs(&mut self, out: &mut Vec<u8>, target: usize) -> Result<bool, MvccError> {
+        let (start, base) = (self.next, out.len());
+        let mut end = start;
+        let mut at = Vec::new();
+        let mut size = 0usize;
+        while end < self.revs.len() && base + size < target {
+            at.push(base + size);
+            size += field_len(self.lens[end] as usize);
+            end += 1;
+        }
+        out.resize(base + size, 0);
+        let table = self.snapshot.open_table(KEY)?;
+        let (revs, lens) = (&self.revs, &self.lens);
+        walk_rows(&table, revs, &rev_order(revs, start, end), |i, row| {
+            if row.len() != lens[i] as usize {
+                return Err(MvccError::Backend(format!("row at {} changed", revs[i])));
+            }
+            let mut dst = &mut out[at[i - start]..];
+            prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut dst);
+            prost::encoding::encode_varint(row.len() as u64, &mut dst);
+            dst[..row.len()].copy_from_slice(row);
+            Ok(())
+        })?;
+        self.next = end;
+        Ok(end < self.revs.len())
+    }
 }
 
 #[cfg(test)]

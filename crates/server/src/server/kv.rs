@@ -41,31 +41,106 @@ fn next_chunk_limit(limit: i64, size: usize, target: usize) -> i64 {
 /// scan and copy many values.
 const INLINE_RANGE_LIMIT: i64 = 1000;
 
+/// One key, a count, or a small limit: read on the runtime and built whole.
+fn is_small_range(req: &RangeRequest) -> bool {
+    req.range_end.is_empty() || req.count_only || (req.limit > 0 && req.limit <= INLINE_RANGE_LIMIT)
+}
+
+/// A Range's answer as the gRPC route writes it.
+pub enum RangeReply {
+    /// The whole response.
+    Built(RangeResponse),
+    /// The response's header, `more` and `count`, and its kvs still to be
+    /// read from the pinned snapshot. `open` keeps the read counted in
+    /// `etcd_debugging_mvcc_db_open_read_transactions` until it is dropped.
+    Encoded {
+        header: retcd_api::etcdserverpb::ResponseHeader,
+        range: retcd_mvcc::EncodedRange,
+        open: OpenRead,
+    },
+}
+
+/// Counts a read in `etcd_debugging_mvcc_db_open_read_transactions` while
+/// it lives.
+pub struct OpenRead(&'static crate::metrics::Metrics);
+
+impl OpenRead {
+    fn new(m: &'static crate::metrics::Metrics) -> OpenRead {
+        m.db_open_read_transactions.inc();
+        OpenRead(m)
+    }
+}
+
+impl Drop for OpenRead {
+    fn drop(&mut self) {
+        self.0.db_open_read_transactions.dec();
+    }
+}
+
 impl EtcdServer {
     pub async fn range(
         &self,
         req: RangeRequest,
         creds: &Credentials,
     ) -> Result<RangeResponse, ServerError> {
+        self.range_checks(&req, creds).await?;
+        self.range_built(req).await
+    }
+
+    /// A Range for the gRPC route, which writes the response itself: a
+    /// plain range that may be long ([`retcd_mvcc::is_plain_range`], not a
+    /// single key, no small limit) comes back [`RangeReply::Encoded`], its
+    /// kvs to be written from the stored rows a piece at a time; any other
+    /// is built whole as [`EtcdServer::range`] builds it. Same checks,
+    /// errors and answer either way.
+    pub async fn range_reply(
+        &self,
+        req: RangeRequest,
+        creds: &Credentials,
+    ) -> Result<RangeReply, ServerError> {
+        self.range_checks(&req, creds).await?;
+        if is_small_range(&req) || !retcd_mvcc::is_plain_range(&req) {
+            return Ok(RangeReply::Built(self.range_built(req).await?));
+        }
+        let open = OpenRead::new(self.metrics);
+        let kv = self.kv.clone();
+        let range = tokio::task::spawn_blocking(move || kv.range_encoded(&req))
+            .await
+            .map_err(|e| ServerError::internal_from("retcd: range task failed", e))??;
+        Ok(RangeReply::Encoded {
+            header: self.header(range.header_rev),
+            range,
+            open,
+        })
+    }
+
+    /// What every Range passes before it is read: the learner rule, the
+    /// request's checks, the ReadIndex wait (unless serializable), the
+    /// caller's permission; then it is counted.
+    async fn range_checks(
+        &self,
+        req: &RangeRequest,
+        creds: &Credentials,
+    ) -> Result<(), ServerError> {
         // The rest of the learner rule is the client port's guard.
         if !req.serializable && self.is_learner() {
             return Err(ServerError::NotSupportedForLearner);
         }
-        validate::check_range(&req)?;
+        validate::check_range(req)?;
         if !req.serializable {
             self.linearizable_read_notify().await?;
         }
         let who = self.who(creds)?;
         self.auth
             .check_range(who.as_ref(), &req.key, &req.range_end)?;
-        let m = self.metrics;
-        m.count_ranges(1);
-        m.db_open_read_transactions.inc();
-        let _open = scopeguard(|| m.db_open_read_transactions.dec());
-        let small = req.range_end.is_empty()
-            || req.count_only
-            || (req.limit > 0 && req.limit <= INLINE_RANGE_LIMIT);
-        let mut resp = if small {
+        self.metrics.count_ranges(1);
+        Ok(())
+    }
+
+    /// Reads a checked Range and builds its response.
+    async fn range_built(&self, req: RangeRequest) -> Result<RangeResponse, ServerError> {
+        let _open = OpenRead::new(self.metrics);
+        let mut resp = if is_small_range(&req) {
             self.kv.range(&req)?
         } else {
             let kv = self.kv.clone();
@@ -243,10 +318,8 @@ impl EtcdServer {
             if self.auth.is_enabled() {
                 crate::apply::check_txn(&self.auth, &self.lessor, who.as_ref(), &req)?;
             }
-            let m = self.metrics;
-            m.count_txn(&req, true);
-            m.db_open_read_transactions.inc();
-            let _open = scopeguard(|| m.db_open_read_transactions.dec());
+            self.metrics.count_txn(&req, true);
+            let _open = OpenRead::new(self.metrics);
             let mut resp = self.kv.read_txn(&req)?;
             self.fill(&mut resp.header);
             return Ok(resp);
@@ -303,18 +376,4 @@ impl EtcdServer {
         }
         Err(ServerError::NoSpace)
     }
-}
-
-/// Runs `f` when dropped (an open-read gauge going back down on every
-/// return path).
-fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
-    struct Guard<F: FnOnce()>(Option<F>);
-    impl<F: FnOnce()> Drop for Guard<F> {
-        fn drop(&mut self) {
-            if let Some(f) = self.0.take() {
-                f()
-            }
-        }
-    }
-    Guard(Some(f))
 }

@@ -27,6 +27,7 @@ mod lease;
 mod maintenance;
 pub mod validate;
 
+pub use kv::RangeReply;
 pub use lease::{renew_on_leader, run_lessor, time_to_live_on_leader};
 pub use maintenance::{SnapshotDump, StatusInfo};
 

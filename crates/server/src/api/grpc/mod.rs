@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod concurrency;
 pub mod election;
 pub mod kv;
+pub mod kv_server;
 pub mod lease;
 pub mod lock;
 pub mod maintenance;
@@ -16,8 +17,8 @@ pub mod watch_server;
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::server::EtcdServer;
 use retcd_api::etcdserverpb::{
-    auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
-    lease_server::LeaseServer, maintenance_server::MaintenanceServer,
+    auth_server::AuthServer, cluster_server::ClusterServer, lease_server::LeaseServer,
+    maintenance_server::MaintenanceServer,
 };
 use retcd_api::v3electionpb::election_server::ElectionServer;
 use retcd_api::v3lockpb::lock_server::LockServer;
@@ -28,7 +29,7 @@ use tonic::service::Routes;
 /// `api::client_port` dispatches to by service name).
 #[derive(Clone)]
 pub struct Servers {
-    pub kv: KvServer<kv::KvService>,
+    pub kv: kv_server::KvRoute,
     pub watch: watch_server::WatchServer,
     pub lease: LeaseServer<lease::LeaseService>,
     pub maintenance: MaintenanceServer<maintenance::MaintenanceService>,
@@ -53,11 +54,7 @@ pub struct ClientServices {
 pub fn client_services(server: &Arc<EtcdServer>) -> ClientServices {
     let recv = server.cfg.max_request_bytes as usize + GRPC_OVERHEAD_BYTES;
     let send = usize::MAX >> 1;
-    let kv = KvServer::new(kv::KvService {
-        server: server.clone(),
-    })
-    .max_decoding_message_size(recv)
-    .max_encoding_message_size(send);
+    let kv = kv_server::KvRoute::new(server.clone(), recv, send);
     let watch = watch_server::WatchServer::new(
         watch::WatchService {
             server: server.clone(),
