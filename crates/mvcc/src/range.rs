@@ -36,8 +36,19 @@ pub(crate) struct RangePlan {
 /// Whether the request needs every matching key before limiting: sorting or
 /// revision filters make etcd fetch everything, then cut.
 fn fetch_all(req: &RangeRequest) -> bool {
-    req.sort_order != SortOrder::None as i32
-        || req.min_mod_revision != 0
+    req.sort_order != SortOrder::None as i32 || has_revision_filter(req)
+}
+
+/// Whether the request lists keys in key order (no sort, or ascending by
+/// key), the order of the index.
+pub fn is_key_order(req: &RangeRequest) -> bool {
+    req.sort_order == SortOrder::None as i32
+        || (req.sort_target == SortTarget::Key as i32 && req.sort_order == SortOrder::Ascend as i32)
+}
+
+/// Whether the request has a min/max mod/create revision filter.
+pub fn has_revision_filter(req: &RangeRequest) -> bool {
+    req.min_mod_revision != 0
         || req.max_mod_revision != 0
         || req.min_create_revision != 0
         || req.max_create_revision != 0
@@ -274,16 +285,7 @@ where
 /// Its kvs are then the stored rows in index order, so the response can be
 /// written from the rows without decoding them.
 pub fn is_plain_range(req: &RangeRequest) -> bool {
-    let default_order = req.sort_order == SortOrder::None as i32
-        || (req.sort_target == SortTarget::Key as i32
-            && req.sort_order == SortOrder::Ascend as i32);
-    default_order
-        && req.min_mod_revision == 0
-        && req.max_mod_revision == 0
-        && req.min_create_revision == 0
-        && req.max_create_revision == 0
-        && !req.keys_only
-        && !req.count_only
+    is_key_order(req) && !has_revision_filter(req) && !req.keys_only && !req.count_only
 }
 
 /// A plain Range's answer, not yet read: the revisions it lists and the
@@ -292,17 +294,9 @@ pub fn is_plain_range(req: &RangeRequest) -> bool {
 /// caller writes the response's prefix with [`EncodedRange::kvs_len`], then
 /// the kvs a piece at a time with [`EncodedRange::write_kvs`], so a Range
 /// of any size is never in memory whole (etcd builds it whole).
-///
-/// Both passes read rows in revision order (the table's order), each row
-/// written to its place in key order: a point lookup per row read a leaf
-/// page per row from redb's small cache, a walk reads each leaf once for
-/// all the rows on it that the list wants.
 pub struct EncodedRange {
     snapshot: Arc<ReadSnapshot>,
-    /// In key order.
     revs: Vec<Revision>,
-    /// Each row's stored length, in the order of `revs`.
-    lens: Vec<u32>,
     next: usize,
     kvs_len: usize,
     /// The store revision the response reports.
@@ -311,55 +305,6 @@ pub struct EncodedRange {
     pub more: bool,
     /// Keys in the range (`RangeResponse.count`).
     pub count: i64,
-}
-
-/// Steps a walk takes over rows it does not want before it seeks instead.
-const WALK_SKIP: usize = 8;
-
-/// Calls `f(i, row)` for each `revs[i]`, `i` taken from `order` (indexes of
-/// `revs` sorted by revision), walking the table forward and seeking past
-/// long gaps. Every revision must have a row.
-fn walk_rows<T, F>(table: &T, revs: &[Revision], order: &[u32], mut f: F) -> Result<(), MvccError>
-where
-    T: ReadableTable<&'static [u8], &'static [u8]>,
-    F: FnMut(usize, &[u8]) -> Result<(), MvccError>,
-{
-    let Some(&first) = order.first() else {
-        return Ok(());
-    };
-    let seek = |rev: Revision| table.range::<&[u8]>(rev.to_bytes().as_slice()..);
-    let mut rows = seek(revs[first as usize])?;
-    for &i in order {
-        let want = revs[i as usize];
-        let bytes = want.to_bytes();
-        let mut skipped = 0;
-        loop {
-            let missing = || MvccError::Backend(format!("range cannot find rev {want}"));
-            let (k, v) = rows.next().ok_or_else(missing)??;
-            match k.value().cmp(bytes.as_slice()) {
-                Ordering::Equal => {
-                    f(i as usize, v.value())?;
-                    break;
-                }
-                Ordering::Greater => return Err(missing()),
-                Ordering::Less => {
-                    skipped += 1;
-                    if skipped >= WALK_SKIP {
-                        rows = seek(want)?;
-                        skipped = 0;
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Indexes of `revs[from..to]` sorted by revision.
-fn rev_order(revs: &[Revision], from: usize, to: usize) -> Vec<u32> {
-    let mut order: Vec<u32> = (from as u32..to as u32).collect();
-    order.sort_unstable_by_key(|&i| revs[i as usize]);
-    order
 }
 
 impl EncodedRange {
@@ -376,20 +321,13 @@ impl EncodedRange {
             plan.revs.truncate(req.limit as usize);
             more = true;
         }
-        let revs = plan.revs;
-        let mut lens = vec![0u32; revs.len()];
+        let mut kvs_len = 0usize;
         {
             let table = snapshot.open_table(KEY)?;
-            let order = rev_order(&revs, 0, revs.len());
-            walk_rows(&table, &revs, &order, |i, row| {
-                lens[i] = u32::try_from(row.len())
-                    .map_err(|_| MvccError::Backend(format!("row at {} too long", revs[i])))?;
-                Ok(())
-            })?;
+            for rev in &plan.revs {
+                kvs_len = kvs_len.saturating_add(field_len(read_row(&table, *rev)?.value().len()));
+            }
         }
-        let kvs_len = lens
-            .iter()
-            .fold(0usize, |n, l| n.saturating_add(field_len(*l as usize)));
         if kvs_len > max_bytes {
             return Err(MvccError::ResponseTooLarge {
                 size: kvs_len,
@@ -398,8 +336,7 @@ impl EncodedRange {
         }
         Ok(EncodedRange {
             snapshot,
-            revs,
-            lens,
+            revs: plan.revs,
             next: 0,
             kvs_len,
             header_rev: plan.header_rev,
@@ -426,30 +363,16 @@ impl EncodedRange {
     /// row) until `out` holds at least `target` bytes or none are left;
     /// false once every kv is written.
     pub fn write_kvs(&mut self, out: &mut Vec<u8>, target: usize) -> Result<bool, MvccError> {
-        let (start, base) = (self.next, out.len());
-        let mut end = start;
-        let mut at = Vec::new();
-        let mut size = 0usize;
-        while end < self.revs.len() && base + size < target {
-            at.push(base + size);
-            size += field_len(self.lens[end] as usize);
-            end += 1;
-        }
-        out.resize(base + size, 0);
         let table = self.snapshot.open_table(KEY)?;
-        let (revs, lens) = (&self.revs, &self.lens);
-        walk_rows(&table, revs, &rev_order(revs, start, end), |i, row| {
-            if row.len() != lens[i] as usize {
-                return Err(MvccError::Backend(format!("row at {} changed", revs[i])));
-            }
-            let mut dst = &mut out[at[i - start]..];
-            prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut dst);
-            prost::encoding::encode_varint(row.len() as u64, &mut dst);
-            dst[..row.len()].copy_from_slice(row);
-            Ok(())
-        })?;
-        self.next = end;
-        Ok(end < self.revs.len())
+        while self.next < self.revs.len() && out.len() < target {
+            let row = read_row(&table, self.revs[self.next])?;
+            let row = row.value();
+            prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, out);
+            prost::encoding::encode_varint(row.len() as u64, out);
+            out.extend_from_slice(row);
+            self.next += 1;
+        }
+        Ok(self.next < self.revs.len())
     }
 }
 

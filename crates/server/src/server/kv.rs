@@ -13,7 +13,6 @@ use crate::apply::ApplyResult;
 use crate::auth::Credentials;
 use crate::error::ServerError;
 use prost::Message;
-use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
 use retcd_api::etcdserverpb::{
     AlarmType, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
     PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
@@ -168,19 +167,12 @@ impl EtcdServer {
         creds: &Credentials,
     ) -> Result<mpsc::Receiver<Result<RangeResponse, ServerError>>, ServerError> {
         validate::check_range(&req)?;
-        let default_order = req.sort_order == SortOrder::None as i32
-            || (req.sort_target == SortTarget::Key as i32
-                && req.sort_order == SortOrder::Ascend as i32);
-        if !default_order {
+        if !retcd_mvcc::is_key_order(&req) {
             return Err(ServerError::Unimplemented(
                 "RangeStream does not support custom sort orders",
             ));
         }
-        if req.min_mod_revision != 0
-            || req.max_mod_revision != 0
-            || req.min_create_revision != 0
-            || req.max_create_revision != 0
-        {
+        if retcd_mvcc::has_revision_filter(&req) {
             return Err(ServerError::Unimplemented(
                 "RangeStream does not support revision filters",
             ));

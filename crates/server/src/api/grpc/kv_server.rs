@@ -22,7 +22,7 @@ use bytes::Bytes;
 use http_body::Frame;
 use prost::Message;
 use retcd_api::etcdserverpb::kv_server::KvServer;
-use retcd_api::etcdserverpb::RangeRequest;
+use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -139,17 +139,21 @@ where
             mut range,
             open,
         } => {
-            let len_field = |len: usize| 1 + prost::encoding::encoded_len_varint(len as u64) + len;
-            let mut tail = Vec::new();
-            if range.more {
-                prost::encoding::bool::encode(3, &range.more, &mut tail);
+            // the fields around the kvs, as prost writes them (field order)
+            let head = RangeResponse {
+                header: Some(header),
+                ..Default::default()
             }
-            if range.count != 0 {
-                prost::encoding::int64::encode(4, &range.count, &mut tail);
+            .encode_to_vec();
+            let tail = RangeResponse {
+                more: range.more,
+                count: range.count,
+                ..Default::default()
             }
-            let len = len_field(header.encoded_len()) + range.kvs_len() + tail.len();
+            .encode_to_vec();
+            let len = head.len() + range.kvs_len() + tail.len();
             let mut first = message_prefix(len)?.to_vec();
-            prost::encoding::message::encode(1, &header, &mut first);
+            first.extend_from_slice(&head);
             // one piece waits in the channel while the next is read
             let (tx, rx) = mpsc::channel::<Result<Bytes, Status>>(1);
             tokio::task::spawn_blocking(move || {
