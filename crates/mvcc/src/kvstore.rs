@@ -336,8 +336,13 @@ impl KvStore {
     /// rows, to be written out a piece at a time: the revisions are picked
     /// and the rows' sizes read now, the rows themselves when written,
     /// from the same snapshot. Bounded by `--max-range-response-bytes` as
-    /// [`KvStore::range`].
-    pub fn range_encoded(&self, req: &RangeRequest) -> Result<range::EncodedRange, MvccError> {
+    /// [`KvStore::range`]. The first `read_once` bytes of rows are kept
+    /// from the sizing pass (a response within it is read once).
+    pub fn range_encoded(
+        &self,
+        req: &RangeRequest,
+        read_once: usize,
+    ) -> Result<range::EncodedRange, MvccError> {
         debug_assert!(range::is_plain_range(req));
         let (plan, snapshot) = {
             let index = self.index.read();
@@ -347,7 +352,7 @@ impl KvStore {
                 p.snapshot,
             )
         };
-        range::EncodedRange::new(snapshot, req, plan, self.max_response_bytes())
+        range::EncodedRange::new(snapshot, req, plan, self.max_response_bytes(), read_once)
     }
 
     /// Every live key with a lease, and its lease, at the current

@@ -1234,8 +1234,13 @@ fn test_range_encoded_is_ranges_answer() {
     for req in reqs {
         assert!(crate::is_plain_range(&req));
         let want = t.store.range(&req).unwrap();
-        for piece in [1, 64, 1 << 20] {
-            let mut e = t.store.range_encoded(&req).unwrap();
+        // pieces of any size; rows all read again, some kept from the
+        // sizing pass (the first ones within 100 bytes), all kept
+        for (piece, read_once) in [1, 64, 1 << 20]
+            .into_iter()
+            .flat_map(|p| [0, 100, usize::MAX].map(|r| (p, r)))
+        {
+            let mut e = t.store.range_encoded(&req, read_once).unwrap();
             assert_eq!(e.len(), want.kvs.len());
             let mut kvs = Vec::new();
             loop {
@@ -1246,43 +1251,55 @@ fn test_range_encoded_is_ranges_answer() {
             }
             assert_eq!(kvs.len(), e.kvs_len(), "{req:?}");
             let got = retcd_api::etcdserverpb::RangeResponse::decode(kvs.as_slice()).unwrap();
-            assert_eq!(got.kvs, want.kvs, "{req:?} in pieces of {piece}");
+            assert_eq!(
+                got.kvs, want.kvs,
+                "{req:?} in pieces of {piece}, {read_once} bytes read once"
+            );
             assert_eq!((e.more, e.count), (want.more, want.count), "{req:?}");
             assert_eq!(e.header_rev, want.header.as_ref().unwrap().revision);
         }
     }
     // the snapshot is pinned: later writes and a compaction do not change
-    // what a range already planned writes
-    let mut e = t.store.range_encoded(&rng("k", "l")).unwrap();
-    let want = t.store.range(&rng("k", "l")).unwrap();
-    put(&t.store, "k00", "changed");
-    del(&t.store, "k3", "k4");
-    compact(&t.store, t.store.current_revision()).unwrap();
-    let mut kvs = Vec::new();
-    while e.write_kvs(&mut kvs, usize::MAX).unwrap() {}
-    let got = retcd_api::etcdserverpb::RangeResponse::decode(kvs.as_slice()).unwrap();
-    assert_eq!(got.kvs, want.kvs);
-    assert_eq!(e.header_rev, at);
+    // what a range already planned writes (read again after them, or some
+    // kept from before them)
+    for read_once in [0, 100] {
+        let mut e = t.store.range_encoded(&rng("k", "l"), read_once).unwrap();
+        let want = t.store.range(&rng("k", "l")).unwrap();
+        put(&t.store, "k00", "changed");
+        del(&t.store, "k3", "k4");
+        compact(&t.store, t.store.current_revision()).unwrap();
+        let mut kvs = Vec::new();
+        while e.write_kvs(&mut kvs, usize::MAX).unwrap() {}
+        let got = retcd_api::etcdserverpb::RangeResponse::decode(kvs.as_slice()).unwrap();
+        assert_eq!(got.kvs, want.kvs);
+        assert_eq!(e.header_rev, want.header.as_ref().unwrap().revision);
+    }
     // the response bound applies before anything is read for the answer
     t.store.set_max_response_bytes(100);
     assert!(matches!(
-        t.store.range_encoded(&rng("k", "l")),
+        t.store.range_encoded(&rng("k", "l"), usize::MAX),
         Err(MvccError::ResponseTooLarge { max: 100, .. })
     ));
-    assert!(t.store.range_encoded(&rng("k00", "")).is_ok());
+    assert!(t.store.range_encoded(&rng("k00", ""), 0).is_ok());
     // a compacted or future revision fails as Range does
     assert!(matches!(
-        t.store.range_encoded(&RangeRequest {
-            revision: 3,
-            ..rng("k", "l")
-        }),
+        t.store.range_encoded(
+            &RangeRequest {
+                revision: 3,
+                ..rng("k", "l")
+            },
+            0
+        ),
         Err(MvccError::Compacted)
     ));
     assert!(matches!(
-        t.store.range_encoded(&RangeRequest {
-            revision: at + 100,
-            ..rng("k", "l")
-        }),
+        t.store.range_encoded(
+            &RangeRequest {
+                revision: at + 100,
+                ..rng("k", "l")
+            },
+            0
+        ),
         Err(MvccError::FutureRev)
     ));
 }

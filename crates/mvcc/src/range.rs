@@ -293,12 +293,20 @@ pub fn is_plain_range(req: &RangeRequest) -> bool {
 /// (the stored rows' lengths, a first pass over the same snapshot). The
 /// caller writes the response's prefix with [`EncodedRange::kvs_len`], then
 /// the kvs a piece at a time with [`EncodedRange::write_kvs`], so a Range
-/// of any size is never in memory whole (etcd builds it whole).
+/// of any size is never in memory whole (etcd builds it whole). The first
+/// pass keeps the leading rows it reads, up to a budget, encoded in `head`:
+/// those are written from it and not read again, so a response within the
+/// budget is read once.
 pub struct EncodedRange {
     snapshot: Arc<ReadSnapshot>,
     revs: Vec<Revision>,
+    /// The next of `revs` to read (those before it are in `head`).
     next: usize,
     kvs_len: usize,
+    /// The first rows' kvs fields, encoded by the sizing pass.
+    head: Vec<u8>,
+    /// Bytes of `head` already written.
+    head_sent: usize,
     /// The store revision the response reports.
     pub header_rev: i64,
     /// Keys follow the limit (`RangeResponse.more`).
@@ -308,13 +316,15 @@ pub struct EncodedRange {
 }
 
 impl EncodedRange {
-    /// Reads the sizes of the planned rows; fails with
-    /// [`MvccError::ResponseTooLarge`] past `max_bytes`, as [`fetch`].
+    /// Reads the sizes of the planned rows, keeping the first `read_once`
+    /// bytes of them encoded; fails with [`MvccError::ResponseTooLarge`]
+    /// past `max_bytes`, as [`fetch`].
     pub(crate) fn new(
         snapshot: Arc<ReadSnapshot>,
         req: &RangeRequest,
         mut plan: RangePlan,
         max_bytes: usize,
+        read_once: usize,
     ) -> Result<EncodedRange, MvccError> {
         let mut more = false;
         if req.limit > 0 && plan.revs.len() > req.limit as usize {
@@ -322,10 +332,19 @@ impl EncodedRange {
             more = true;
         }
         let mut kvs_len = 0usize;
+        let mut head = Vec::new();
+        let mut next = 0;
         {
             let table = snapshot.open_table(KEY)?;
-            for rev in &plan.revs {
-                kvs_len = kvs_len.saturating_add(field_len(read_row(&table, *rev)?.value().len()));
+            for (i, rev) in plan.revs.iter().enumerate() {
+                let row = read_row(&table, *rev)?;
+                let row = row.value();
+                kvs_len = kvs_len.saturating_add(field_len(row.len()));
+                // only a run from the first row, so the rest follow in order
+                if next == i && kvs_len <= read_once {
+                    encode_kv_field(row, &mut head);
+                    next += 1;
+                }
             }
         }
         if kvs_len > max_bytes {
@@ -337,8 +356,10 @@ impl EncodedRange {
         Ok(EncodedRange {
             snapshot,
             revs: plan.revs,
-            next: 0,
+            next,
             kvs_len,
+            head,
+            head_sent: 0,
             header_rev: plan.header_rev,
             more,
             count: plan.total as i64,
@@ -363,17 +384,32 @@ impl EncodedRange {
     /// row) until `out` holds at least `target` bytes or none are left;
     /// false once every kv is written.
     pub fn write_kvs(&mut self, out: &mut Vec<u8>, target: usize) -> Result<bool, MvccError> {
-        let table = self.snapshot.open_table(KEY)?;
-        while self.next < self.revs.len() && out.len() < target {
-            let row = read_row(&table, self.revs[self.next])?;
-            let row = row.value();
-            prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, out);
-            prost::encoding::encode_varint(row.len() as u64, out);
-            out.extend_from_slice(row);
-            self.next += 1;
+        if self.head_sent < self.head.len() && out.len() < target {
+            let n = (target - out.len()).min(self.head.len() - self.head_sent);
+            out.extend_from_slice(&self.head[self.head_sent..self.head_sent + n]);
+            self.head_sent += n;
+            if self.head_sent == self.head.len() {
+                self.head = Vec::new();
+                self.head_sent = 0;
+            }
         }
-        Ok(self.next < self.revs.len())
+        if self.next < self.revs.len() && out.len() < target {
+            let table = self.snapshot.open_table(KEY)?;
+            while self.next < self.revs.len() && out.len() < target {
+                let row = read_row(&table, self.revs[self.next])?;
+                encode_kv_field(row.value(), out);
+                self.next += 1;
+            }
+        }
+        Ok(!self.head.is_empty() || self.next < self.revs.len())
     }
+}
+
+/// Field 2 of `RangeResponse` (a kv) around a stored row.
+fn encode_kv_field(row: &[u8], out: &mut Vec<u8>) {
+    prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, out);
+    prost::encoding::encode_varint(row.len() as u64, out);
+    out.extend_from_slice(row);
 }
 
 #[cfg(test)]

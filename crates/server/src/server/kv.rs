@@ -45,6 +45,10 @@ fn is_small_range(req: &RangeRequest) -> bool {
     req.range_end.is_empty() || req.count_only || (req.limit > 0 && req.limit <= INLINE_RANGE_LIMIT)
 }
 
+/// Bytes of a streamed unary Range's first rows kept from its sizing pass
+/// (so sent without a second read): responses up to this size are read once.
+const READ_ONCE_BYTES: usize = 4 << 20;
+
 /// A Range's answer as the gRPC route writes it.
 pub enum RangeReply {
     /// The whole response.
@@ -103,7 +107,7 @@ impl EtcdServer {
         }
         let open = OpenRead::new(self.metrics);
         let kv = self.kv.clone();
-        let range = tokio::task::spawn_blocking(move || kv.range_encoded(&req))
+        let range = tokio::task::spawn_blocking(move || kv.range_encoded(&req, READ_ONCE_BYTES))
             .await
             .map_err(|e| ServerError::internal_from("retcd: range task failed", e))??;
         Ok(RangeReply::Encoded {
