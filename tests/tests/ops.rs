@@ -1211,8 +1211,11 @@ fn one_member_log(flavor: Flavor) {
     let leader = find("became leader at term", starting);
     let published = find("published local member to cluster through raft", leader);
     find("enabled capabilities for version", leader);
-    let ready = find("ready to serve client requests", published);
-    let sig = find("received signal; shutting down", ready);
+    // etcd closes its ready channel just before it logs "published", so
+    // its serving goroutine's "ready" line may come first (seen with
+    // 3.5.1): both after the leadership, in either order.
+    let ready = find("ready to serve client requests", leader);
+    let sig = find("received signal; shutting down", ready.max(published));
     find("closed etcd server", sig);
     // A clean stop: both re-raise SIGTERM after their shutdown (killed
     // by signal 15, shell status 143).

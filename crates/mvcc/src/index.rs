@@ -63,14 +63,21 @@ impl TreeIndex {
         self.tree.is_empty()
     }
 
-    /// Records a put of `key` at `rev`.
+    /// Records a put of `key` at `rev` (its row's size unknown).
+    #[cfg(test)]
     pub fn put(&mut self, key: &[u8], rev: Revision) {
+        self.put_sized(key, rev, usize::MAX);
+    }
+
+    /// Records a put of `key` at `rev` whose stored row is `row_len`
+    /// bytes.
+    pub fn put_sized(&mut self, key: &[u8], rev: Revision, row_len: usize) {
         // looked up first: a key written again allocates nothing
         if let Some(ki) = self.tree.get_mut(key) {
-            ki.put(rev.main, rev.sub);
+            ki.put_sized(rev.main, rev.sub, row_len);
         } else {
             let mut ki = KeyIndex::new();
-            ki.put(rev.main, rev.sub);
+            ki.put_sized(rev.main, rev.sub, row_len);
             self.tree.insert(key.to_vec(), ki);
         }
     }
@@ -145,13 +152,16 @@ impl TreeIndex {
     /// Like [`TreeIndex::revisions`], but keeps only the first `cap`
     /// (0: all). With `count`, it still visits the whole range and returns
     /// how many keys are live there; without, it stops at `cap` and returns
-    /// the number kept.
+    /// the number kept. With `lens`, each kept revision's stored row size
+    /// is pushed there too, `u32::MAX` where the index does not know it
+    /// ([`KeyIndex::row_len`]).
     pub fn revisions_capped(
         &self,
         range: KeyRange<'_>,
         at_rev: i64,
         cap: usize,
         count: bool,
+        mut lens: Option<&mut Vec<u32>>,
     ) -> (Vec<Revision>, usize) {
         let mut revs = Vec::with_capacity(cap.min(4096));
         let mut total = 0;
@@ -161,6 +171,9 @@ impl TreeIndex {
             };
             if cap == 0 || revs.len() < cap {
                 revs.push(m);
+                if let Some(lens) = lens.as_deref_mut() {
+                    lens.push(ki.row_len(m).unwrap_or(u32::MAX));
+                }
             } else if !count {
                 break;
             }

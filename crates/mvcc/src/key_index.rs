@@ -72,13 +72,30 @@ impl Generation {
 /// The history of one key; see the module documentation.
 ///
 /// The key itself is the index map's key, not repeated here (it would be a
-/// second allocation of every key, ~70 bytes each).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// second allocation of every key, ~70 bytes each). Nor is the last
+/// modification: it is the last revision of the last generation that has
+/// one (compaction never removes it without removing the key). 32 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyIndex {
-    /// The last modification (put or tombstone).
-    pub modified: Revision,
+    /// Bytes of the stored row of the key's last modification when that
+    /// is a put whose row size was given ([`KeyIndex::put_sized`]), else
+    /// [`UNKNOWN_LEN`]: a Range at the current revision sizes its response
+    /// from the index instead of reading every row twice.
+    last_len: u32,
     /// Generations, oldest first; never empty once a revision was added.
     pub generations: Vec<Generation>,
+}
+
+/// [`KeyIndex`]'s `last_len` when the size is not known.
+const UNKNOWN_LEN: u32 = u32::MAX;
+
+impl Default for KeyIndex {
+    fn default() -> KeyIndex {
+        KeyIndex {
+            last_len: UNKNOWN_LEN,
+            generations: Vec::new(),
+        }
+    }
 }
 
 /// `get` found no live revision (etcd's `ErrRevisionNotFound`).
@@ -92,18 +109,50 @@ impl KeyIndex {
         KeyIndex::default()
     }
 
-    /// Records a put at `(main, sub)`.
+    /// The last modification (put or tombstone); the zero revision for a
+    /// key index with no history.
+    pub fn modified(&self) -> Revision {
+        let mut gens = self.generations.iter().rev();
+        match gens.next() {
+            Some(g) if !g.is_empty() => g.revs[g.revs.len() - 1],
+            // the live generation is empty: the one before ends with the
+            // tombstone
+            Some(_) => gens
+                .next()
+                .and_then(|g| g.revs.last().copied())
+                .unwrap_or_default(),
+            None => Revision::default(),
+        }
+    }
+
+    /// Records a put at `(main, sub)` whose stored row is `row_len` bytes.
+    pub fn put_sized(&mut self, main: i64, sub: i64, row_len: usize) {
+        self.put(main, sub);
+        self.set_last_row_len(row_len);
+    }
+
+    /// Records the stored size of the row of the key's last modification
+    /// (after [`KeyIndex::restore`] or a put; a size past `u32` is not kept).
+    pub fn set_last_row_len(&mut self, row_len: usize) {
+        self.last_len = u32::try_from(row_len)
+            .ok()
+            .filter(|&l| l != UNKNOWN_LEN)
+            .unwrap_or(UNKNOWN_LEN);
+    }
+
+    /// Records a put at `(main, sub)` (its row's size unknown).
     ///
     /// # Panics
     /// If the revision is not greater than the last modification: the store
     /// hands out revisions in increasing order, anything else is a bug.
     pub fn put(&mut self, main: i64, sub: i64) {
         let rev = Revision::new(main, sub);
+        let modified = self.modified();
         assert!(
-            rev > self.modified,
-            "mvcc: 'put' with an unexpected smaller revision {rev} <= {}",
-            self.modified,
+            rev > modified,
+            "mvcc: 'put' with an unexpected smaller revision {rev} <= {modified}",
         );
+        self.last_len = UNKNOWN_LEN;
         if self.generations.is_empty() {
             // Most keys live one generation with few revisions: exact
             // first allocations (Vec's default first capacity, 4, made
@@ -118,7 +167,6 @@ impl KeyIndex {
         }
         g.revs.push(rev);
         g.ver += 1;
-        self.modified = rev;
     }
 
     /// Rebuilds a key index from the first surviving revision found in the
@@ -129,7 +177,7 @@ impl KeyIndex {
             self.generations.is_empty(),
             "mvcc: 'restore' got an unexpected non-empty generations",
         );
-        self.modified = modified;
+        self.last_len = UNKNOWN_LEN;
         // exact, as `put`: Vec's first capacity of 4 generations made a
         // restarted member's index ~150 MiB larger at 1M keys than the
         // same index built by puts
@@ -162,6 +210,13 @@ impl KeyIndex {
         self.put(main, sub);
         self.generations.push(Generation::default());
         Ok(())
+    }
+
+    /// The stored row size of the key's revision `rev` when the index
+    /// knows it: `rev` is the key's newest revision, put with
+    /// [`KeyIndex::put_sized`] (or sized at restore).
+    pub fn row_len(&self, rev: Revision) -> Option<u32> {
+        (self.last_len != UNKNOWN_LEN && rev == self.modified()).then_some(self.last_len)
     }
 
     /// The key as of `at_rev`: `(modified, created, version)`, or
@@ -335,6 +390,35 @@ mod tests {
         assert_eq!(tomb.generations.capacity(), 2);
     }
 
+    #[test]
+    fn test_row_len_of_the_newest_put_only() {
+        assert_eq!(std::mem::size_of::<KeyIndex>(), 32);
+        let mut ki = KeyIndex::new();
+        ki.put_sized(2, 0, 100);
+        assert_eq!(ki.row_len(r(2)), Some(100));
+        ki.put_sized(3, 0, 50);
+        assert_eq!((ki.row_len(r(2)), ki.row_len(r(3))), (None, Some(50)));
+        // a tombstone, an unsized put, a size past u32: unknown
+        ki.tombstone(4, 0).unwrap();
+        assert_eq!((ki.row_len(r(3)), ki.row_len(r(4))), (None, None));
+        assert_eq!(ki.modified(), r(4));
+        ki.put_sized(5, 0, 70);
+        assert_eq!(ki.row_len(r(5)), Some(70));
+        ki.put(6, 0);
+        assert_eq!(ki.row_len(r(6)), None);
+        ki.put_sized(7, 0, u32::MAX as usize + 1);
+        assert_eq!(ki.row_len(r(7)), None);
+        // compaction keeps the newest revision and its size
+        ki.put_sized(8, 0, 9);
+        ki.compact(8, &mut HashSet::new());
+        assert_eq!((ki.modified(), ki.row_len(r(8))), (r(8), Some(9)));
+        let mut restored = KeyIndex::new();
+        restored.restore(r(5), r(9), 3);
+        assert_eq!(restored.row_len(r(9)), None);
+        restored.set_last_row_len(12);
+        assert_eq!(restored.row_len(r(9)), Some(12));
+    }
+
     fn new_test_key_index() -> KeyIndex {
         let mut ki = KeyIndex::new();
         ki.put(2, 0);
@@ -413,7 +497,7 @@ mod tests {
     fn test_key_index_put() {
         let mut ki = KeyIndex::new();
         ki.put(5, 0);
-        assert_eq!(ki.modified, r(5));
+        assert_eq!(ki.modified(), r(5));
         assert_eq!(
             ki.generations,
             vec![Generation {
@@ -423,7 +507,7 @@ mod tests {
             }]
         );
         ki.put(7, 0);
-        assert_eq!(ki.modified, r(7));
+        assert_eq!(ki.modified(), r(7));
         assert_eq!(
             ki.generations,
             vec![Generation {
@@ -446,7 +530,7 @@ mod tests {
     fn test_key_index_restore() {
         let mut ki = KeyIndex::new();
         ki.restore(r(5), r(7), 2);
-        assert_eq!(ki.modified, r(7));
+        assert_eq!(ki.modified(), r(7));
         assert_eq!(
             ki.generations,
             vec![Generation {
@@ -463,7 +547,7 @@ mod tests {
         let mut ki = KeyIndex::new();
         ki.put(5, 0);
         ki.tombstone(7, 0).unwrap();
-        assert_eq!(ki.modified, r(7));
+        assert_eq!(ki.modified(), r(7));
         assert_eq!(
             ki.generations,
             vec![
@@ -478,7 +562,7 @@ mod tests {
         ki.put(8, 0);
         ki.put(9, 0);
         ki.tombstone(15, 0).unwrap();
-        assert_eq!(ki.modified, r(15));
+        assert_eq!(ki.modified(), r(15));
         assert_eq!(
             ki.generations,
             vec![

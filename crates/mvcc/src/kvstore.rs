@@ -208,8 +208,9 @@ pub(crate) fn load(txn: &ReadTransaction) -> Result<Loaded, MvccError> {
             }
         } else if ki.generations.is_empty() {
             ki.restore(Revision::new(kv.create_revision, 0), r, kv.version);
+            ki.set_last_row_len(v.value().len());
         } else {
-            ki.put(r.main, r.sub);
+            ki.put_sized(r.main, r.sub, v.value().len());
         }
     }
     let mut compact_rev = finished_compact_rev;
@@ -324,7 +325,7 @@ impl KvStore {
             let index = self.index.read();
             let p = self.published.read().clone();
             (
-                range::plan(&index, req, p.rev, p.compact_rev, with_count)?,
+                range::plan(&index, req, p.rev, p.compact_rev, with_count, false)?,
                 p.snapshot,
             )
         };
@@ -348,7 +349,7 @@ impl KvStore {
             let index = self.index.read();
             let p = self.published.read().clone();
             (
-                range::plan(&index, req, p.rev, p.compact_rev, true)?,
+                range::plan(&index, req, p.rev, p.compact_rev, true, true)?,
                 p.snapshot,
             )
         };

@@ -52,7 +52,7 @@ impl KvStore {
         let range = |r: &RangeRequest| -> Result<RangeResponse, MvccError> {
             let plan = {
                 let index = self.index.read();
-                range::plan(&index, r, p.rev, p.compact_rev, true)?
+                range::plan(&index, r, p.rev, p.compact_rev, true, false)?
             };
             range::fetch(&table, r, plan, max)
         };

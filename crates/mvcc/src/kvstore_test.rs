@@ -1259,6 +1259,42 @@ fn test_range_encoded_is_ranges_answer() {
             assert_eq!(e.header_rev, want.header.as_ref().unwrap().revision);
         }
     }
+    // sizes come from the index for keys read at their newest revision
+    // (none read twice), and from the rows for older ones: at revision 30,
+    // k05 (written again at 42) and k10..k19 (deleted at 43)
+    let sized_by_reading = |store: &KvStore, revision| {
+        let req = RangeRequest {
+            revision,
+            ..rng("k", "l")
+        };
+        store
+            .range_encoded(&req, 0)
+            .unwrap()
+            .rows_sized_by_reading()
+    };
+    assert_eq!(sized_by_reading(&t.store, 0), 0);
+    assert_eq!(sized_by_reading(&t.store, 30), 11);
+    // the same after a restart: the index rebuilt from the rows knows them
+    let t = reopen(t);
+    assert_eq!(sized_by_reading(&t.store, 0), 0);
+    assert_eq!(sized_by_reading(&t.store, 30), 11);
+    for revision in [0, 30] {
+        let req = RangeRequest {
+            revision,
+            ..rng("k", "l")
+        };
+        let want = t.store.range(&req).unwrap();
+        let mut e = t.store.range_encoded(&req, 0).unwrap();
+        let mut kvs = Vec::new();
+        loop {
+            let target = kvs.len() + 10;
+            if !e.write_kvs(&mut kvs, target).unwrap() {
+                break;
+            }
+        }
+        let got = retcd_api::etcdserverpb::RangeResponse::decode(kvs.as_slice()).unwrap();
+        assert_eq!(got.kvs, want.kvs, "after a restart, at {revision}");
+    }
     // the snapshot is pinned: later writes and a compaction do not change
     // what a range already planned writes (read again after them, or some
     // kept from before them)

@@ -133,10 +133,14 @@ impl<'a> WriteBatch<'a> {
     }
 
     /// Queues a row for the `key` table (see `pending_rows`).
-    fn insert_row(&self, rev_bytes: &[u8], kv: &KeyValue) {
+    /// Queues `kv`'s row at `rev_bytes`; returns the row's size.
+    fn insert_row(&self, rev_bytes: &[u8], kv: &KeyValue) -> usize {
+        let row = kv.encode_to_vec();
+        let len = row.len();
         self.pending_rows
             .borrow_mut()
-            .push((rev_bytes.to_vec(), kv.encode_to_vec()));
+            .push((rev_bytes.to_vec(), row));
+        len
     }
 
     /// The batch's redb write transaction, for tables the server owns
@@ -169,7 +173,7 @@ impl<'a> WriteBatch<'a> {
     fn range_in(&self, op: &Op, req: &RangeRequest) -> Result<RangeResponse, MvccError> {
         let plan = {
             let index = self.store.index.read();
-            range::plan(&index, req, op.read_rev(), self.compact_rev, true)?
+            range::plan(&index, req, op.read_rev(), self.compact_rev, true, false)?
         };
         let table = self.key_table()?;
         range::fetch(&table, req, plan, usize::MAX)
@@ -258,9 +262,12 @@ impl<'a> WriteBatch<'a> {
             lease,
         };
         let idx_rev = Revision::new(rev, op.changes);
-        self.insert_row(&idx_rev.to_bytes(), &kv);
+        let row_len = self.insert_row(&idx_rev.to_bytes(), &kv);
         self.index_dirty = true;
-        self.store.index.write().put(&req.key, idx_rev);
+        self.store
+            .index
+            .write()
+            .put_sized(&req.key, idx_rev, row_len);
         op.changes += 1;
         self.events.push((
             rev,

@@ -27,6 +27,9 @@ use crate::MvccError;
 pub(crate) struct RangePlan {
     /// Revisions to fetch, in key order (already cut to the fetch limit).
     revs: Vec<Revision>,
+    /// With `sized`: each of `revs`' stored row size, `u32::MAX` where the
+    /// index does not know it.
+    lens: Vec<u32>,
     /// Number of keys matching before any limit (etcd's `count`).
     total: usize,
     /// The store revision the response reports.
@@ -57,13 +60,15 @@ pub fn has_revision_filter(req: &RangeRequest) -> bool {
 /// Checks the requested revision against `cur_rev` / `compact_rev` and picks
 /// the revisions to read. `compact_rev` is -1 when never compacted. Without
 /// `with_count` the response's `count` is not the range's (a streamed
-/// chunk's caller counts once, at the end).
+/// chunk's caller counts once, at the end). With `sized` the plan also
+/// carries the rows' sizes the index knows.
 pub(crate) fn plan(
     index: &TreeIndex,
     req: &RangeRequest,
     cur_rev: i64,
     compact_rev: i64,
     with_count: bool,
+    sized: bool,
 ) -> Result<RangePlan, MvccError> {
     let mut rev = req.revision;
     if rev > cur_rev {
@@ -80,6 +85,7 @@ pub(crate) fn plan(
         let total = index.count_revisions(range, rev);
         return Ok(RangePlan {
             revs: Vec::new(),
+            lens: Vec::new(),
             total,
             header_rev: cur_rev,
         });
@@ -93,9 +99,12 @@ pub(crate) fn plan(
     } else {
         usize::try_from(req.limit.saturating_add(1)).unwrap_or(usize::MAX)
     };
-    let (revs, total) = index.revisions_capped(range, rev, fetch, with_count);
+    let mut lens = Vec::new();
+    let (revs, total) =
+        index.revisions_capped(range, rev, fetch, with_count, sized.then_some(&mut lens));
     Ok(RangePlan {
         revs,
+        lens,
         total,
         header_rev: cur_rev,
     })
@@ -290,16 +299,19 @@ pub fn is_plain_range(req: &RangeRequest) -> bool {
 
 /// A plain Range's answer, not yet read: the revisions it lists and the
 /// snapshot they are read from, with the encoded size of its `kvs` known
-/// (the stored rows' lengths, a first pass over the same snapshot). The
+/// (the stored rows' lengths: from the index for keys read at their newest
+/// revision, from a first pass over the same snapshot for the others). The
 /// caller writes the response's prefix with [`EncodedRange::kvs_len`], then
 /// the kvs a piece at a time with [`EncodedRange::write_kvs`], so a Range
 /// of any size is never in memory whole (etcd builds it whole). The first
 /// pass keeps the leading rows it reads, up to a budget, encoded in `head`:
-/// those are written from it and not read again, so a response within the
-/// budget is read once.
+/// those are written from it and not read again.
 pub struct EncodedRange {
     snapshot: Arc<ReadSnapshot>,
     revs: Vec<Revision>,
+    /// Each of `revs`' row size, as summed into `kvs_len`: a row read
+    /// later must have it, or the response's framing would lie.
+    lens: Vec<u32>,
     /// The next of `revs` to read (those before it are in `head`).
     next: usize,
     kvs_len: usize,
@@ -313,6 +325,8 @@ pub struct EncodedRange {
     pub more: bool,
     /// Keys in the range (`RangeResponse.count`).
     pub count: i64,
+    /// Rows the sizing pass had to read (their size not in the index).
+    rows_sized_by_reading: usize,
 }
 
 impl EncodedRange {
@@ -331,22 +345,35 @@ impl EncodedRange {
             plan.revs.truncate(req.limit as usize);
             more = true;
         }
+        let mut lens = plan.lens;
+        lens.resize(plan.revs.len(), u32::MAX);
         let mut kvs_len = 0usize;
         let mut head = Vec::new();
         let mut next = 0;
-        {
-            let table = snapshot.open_table(KEY)?;
-            for (i, rev) in plan.revs.iter().enumerate() {
-                let row = read_row(&table, *rev)?;
-                let row = row.value();
-                kvs_len = kvs_len.saturating_add(field_len(row.len()));
-                // only a run from the first row, so the rest follow in order
-                if next == i && kvs_len <= read_once {
-                    encode_kv_field(row, &mut head);
-                    next += 1;
-                }
+        let mut table = None;
+        let mut read = 0;
+        for (i, rev) in plan.revs.iter().enumerate() {
+            if lens[i] != u32::MAX {
+                kvs_len = kvs_len.saturating_add(field_len(lens[i] as usize));
+                continue;
+            }
+            let table = match &mut table {
+                Some(t) => t,
+                None => table.insert(snapshot.open_table(KEY)?),
+            };
+            let row = read_row(table, *rev)?;
+            let row = row.value();
+            read += 1;
+            lens[i] = u32::try_from(row.len())
+                .map_err(|_| MvccError::Backend(format!("row at {rev} is over 4 GiB")))?;
+            kvs_len = kvs_len.saturating_add(field_len(row.len()));
+            // only a run from the first row, so the rest follow in order
+            if next == i && kvs_len <= read_once {
+                encode_kv_field(row, &mut head);
+                next += 1;
             }
         }
+        drop(table);
         if kvs_len > max_bytes {
             return Err(MvccError::ResponseTooLarge {
                 size: kvs_len,
@@ -356,6 +383,7 @@ impl EncodedRange {
         Ok(EncodedRange {
             snapshot,
             revs: plan.revs,
+            lens,
             next,
             kvs_len,
             head,
@@ -363,7 +391,14 @@ impl EncodedRange {
             header_rev: plan.header_rev,
             more,
             count: plan.total as i64,
+            rows_sized_by_reading: read,
         })
+    }
+
+    /// Rows the sizing pass had to read, their size not in the index
+    /// (keys read at an older revision than their newest).
+    pub fn rows_sized_by_reading(&self) -> usize {
+        self.rows_sized_by_reading
     }
 
     /// Bytes the `kvs` fields take in the response.
@@ -396,8 +431,17 @@ impl EncodedRange {
         if self.next < self.revs.len() && out.len() < target {
             let table = self.snapshot.open_table(KEY)?;
             while self.next < self.revs.len() && out.len() < target {
-                let row = read_row(&table, self.revs[self.next])?;
-                encode_kv_field(row.value(), out);
+                let rev = self.revs[self.next];
+                let row = read_row(&table, rev)?;
+                let row = row.value();
+                if row.len() != self.lens[self.next] as usize {
+                    return Err(MvccError::Backend(format!(
+                        "row at {rev} is {} bytes, the index said {}",
+                        row.len(),
+                        self.lens[self.next]
+                    )));
+                }
+                encode_kv_field(row, out);
                 self.next += 1;
             }
         }

@@ -46,7 +46,9 @@ fn is_small_range(req: &RangeRequest) -> bool {
 }
 
 /// Bytes of a streamed unary Range's first rows kept from its sizing pass
-/// (so sent without a second read): responses up to this size are read once.
+/// (so sent without a second read). The pass reads only rows whose size the
+/// index does not know (keys read at an older revision than their newest);
+/// a Range at the current revision is sized from the index and read once.
 const READ_ONCE_BYTES: usize = 4 << 20;
 
 /// A Range's answer as the gRPC route writes it.
