@@ -452,18 +452,27 @@ impl RbCluster {
     }
 
     /// Fills the small disk with a filler file until `leave` bytes are
-    /// left; the bytes it wrote.
+    /// left (a later call adds to the same file; a disk found full before
+    /// that is full enough); the bytes it meant to write.
     pub fn fill_small_disk(&self, leave: u64) -> Result<u64> {
         use std::io::Write;
         let m = self.small_disk();
         let avail = m.available()?;
         let n = avail.saturating_sub(leave);
-        let mut f = std::fs::File::create(m.path.join("rb-filler"))?;
+        // appended to: a second call tops the filler up
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(m.path.join("rb-filler"))?;
         let chunk = vec![0xa5u8; 1 << 20];
         let mut left = n;
         while left > 0 {
             let k = left.min(chunk.len() as u64) as usize;
-            f.write_all(&chunk[..k])?;
+            match f.write_all(&chunk[..k]) {
+                // the member took the last bytes first: full is the aim
+                Err(e) if e.raw_os_error() == Some(28) => break,
+                r => r?,
+            }
             left -= k as u64;
         }
         f.sync_all()?;
