@@ -462,10 +462,12 @@ impl Worker {
                 o.batch(pause, deleted);
             }
             if done {
-                self.finished.send_modify(|f| *f = (*f).max(job.rev));
+                // observed before it is published: whoever waited for the
+                // finish sees it counted
                 if let Some(o) = self.observer.read().as_ref() {
                     o.finished(job.rev, started.elapsed());
                 }
+                self.finished.send_modify(|f| *f = (*f).max(job.rev));
                 tracing::info!(
                     compact_revision = job.rev,
                     deleted = deleted_total,
