@@ -954,11 +954,17 @@ async fn doc_cutover_commands_etcd_to_sut_and_back() {
         assert!(writes_new > 10);
         // The counter make-mirror prints every 30 s: puts and deletes
         // copied, at least one per key at the destination.
+        // (on a slow machine the first print may come before the copy is
+        // done: wait for a later one, up to three)
         let counter = retry_until(
-            Duration::from_secs(40).saturating_sub(mirror_started.elapsed()),
+            Duration::from_secs(100).saturating_sub(mirror_started.elapsed()),
             Duration::from_millis(500),
-            async || match sh.mirror_log().lines().next() {
-                Some(l) => l.trim().parse::<u64>().map_err(|e| format!("{l:?}: {e}")),
+            async || match sh.mirror_log().lines().last() {
+                Some(l) => match l.trim().parse::<u64>() {
+                    Ok(n) if n as usize >= old_keys.len() => Ok(n),
+                    Ok(n) => Err(format!("counter {n} so far")),
+                    Err(e) => Err(format!("{l:?}: {e}")),
+                },
                 None => Err("nothing printed".to_string()),
             },
         )
