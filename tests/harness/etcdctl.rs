@@ -82,6 +82,18 @@ pub fn run_ctl(
     stdin: Option<&str>,
     env: &[(&str, &str)],
 ) -> Output {
+    run_ctl_within(bin, args, stdin, env, ETCDCTL_DEADLINE)
+}
+
+/// [`run_ctl`] with its own deadline, for commands whose own work takes
+/// long on a slow machine (`check datascale` writes 10k keys).
+pub fn run_ctl_within(
+    bin: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+    env: &[(&str, &str)],
+    deadline: Duration,
+) -> Output {
     let mut cmd = Command::new(bin);
     cmd.env("ETCDCTL_API", "3").env_remove("ETCDCTL_ENDPOINTS");
     for (k, v) in env {
@@ -108,7 +120,7 @@ pub fn run_ctl(
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    let out = match rx.recv_timeout(ETCDCTL_DEADLINE) {
+    let out = match rx.recv_timeout(deadline) {
         Ok(r) => r.expect("wait for etcdctl"),
         Err(_) => {
             let _ = Command::new("kill")
@@ -121,7 +133,7 @@ pub fn run_ctl(
             return Output {
                 stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
                 stderr: format!(
-                    "{}\n(harness: {} {args:?} killed after {ETCDCTL_DEADLINE:?})",
+                    "{}\n(harness: {} {args:?} killed after {deadline:?})",
                     String::from_utf8_lossy(&r.stderr),
                     bin.display()
                 ),

@@ -13,7 +13,8 @@
 
 use retcd_tests::normalize::normalize_output;
 use retcd_tests::{
-    bounded, etcdctl35_bin, retcdctl_bin, run_ctl, test_flavor, Cluster, Flavor, Output,
+    bounded, etcdctl35_bin, retcdctl_bin, run_ctl, run_ctl_within, test_flavor, Cluster, Flavor,
+    Output,
 };
 use retcd_tests::{limit::NORMAL as LIMIT, FAST};
 
@@ -1184,10 +1185,13 @@ async fn compare_datascale(flavor: Flavor) {
         "--auto-compact",
         "--auto-defrag",
     ];
+    // 10k puts of 1 KiB, then compaction and defrag: ~14 s here, 30+ s
+    // on a slow CI machine (it was killed there at 30 s while compacting).
+    let within = std::time::Duration::from_secs(100);
     let (e, r) = tokio::task::block_in_place(|| {
         (
-            run_ctl(&etcdctl35_bin(), &args, None, &[]),
-            run_ctl(&retcdctl_bin(), &args, None, &[]),
+            run_ctl_within(&etcdctl35_bin(), &args, None, &[], within),
+            run_ctl_within(&retcdctl_bin(), &args, None, &[], within),
         )
     });
     assert_eq!(e.code, 0, "etcdctl: {}", show(&e));
