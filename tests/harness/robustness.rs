@@ -1003,9 +1003,9 @@ impl Run {
         rep.ops = out.ops;
         let lin_time = out.lin_time;
         let dump_dir = std::env::var_os("RETCD_ROBUSTNESS_DUMP").map(PathBuf::from);
-        if dump_dir.is_some() || !rep.violations.is_empty() {
-            let dir =
-                dump_dir.unwrap_or_else(|| workspace_root().join("target/robustness-records"));
+        let dump = dump_dir.is_some() || !rep.violations.is_empty();
+        let dir = dump_dir.unwrap_or_else(|| workspace_root().join("target/robustness-records"));
+        if dump {
             let path = dir.join(format!("{}-{}.json", rep.name, rep.seed));
             match record.save(&path) {
                 Ok(()) => eprintln!(
@@ -1047,6 +1047,16 @@ impl Run {
         );
         if !rep.ok() {
             eprintln!("{}", self.rc.cluster.log_tails(3000));
+            // The members' whole logs beside the record: the cluster's temp
+            // dir goes with the run, and a long-mode failure is often seen
+            // only once.
+            for m in &self.rc.cluster.members {
+                let to = dir.join(format!("{}-{}-{}.log", rep.name, rep.seed, m.name));
+                match std::fs::create_dir_all(&dir).and_then(|_| std::fs::copy(m.log_path(), &to)) {
+                    Ok(_) => eprintln!("robustness: {} log kept in {}", m.name, to.display()),
+                    Err(e) => eprintln!("robustness: cannot keep {}'s log: {e}", m.name),
+                }
+            }
         }
         rep
     }
