@@ -35,6 +35,23 @@ async fn kv(c: &Cluster) -> Kv {
     Kv::new(ch).max_decoding_message_size(usize::MAX)
 }
 
+/// A client whose HTTP/2 stream window is the protocol's default (64 KiB;
+/// the connection's stays large, so other calls on it are not held behind
+/// an unread stream), so a stream's server can be at most a few chunks
+/// ahead of what the test has read (with tonic's 2 MiB stream window the server
+/// could read a whole 1.6 MB list before a compaction the test sends
+/// after the first chunk: seen once in a loaded full run).
+async fn kv_small_window(c: &Cluster) -> Kv {
+    let ch = Channel::from_shared(c.members[0].endpoint())
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(2))
+        .initial_stream_window_size(65_535)
+        .connect()
+        .await
+        .expect("connect");
+    Kv::new(ch).max_decoding_message_size(usize::MAX)
+}
+
 fn key(i: usize) -> Vec<u8> {
     format!("/registry/pods/p{i:05}").into_bytes()
 }
@@ -370,7 +387,7 @@ async fn range_stream_is_pinned_and_fails_when_compacted_mid_stream() {
         let c = Cluster::start(Flavor::Retcd, 1, &["--max-request-bytes=65536"])
             .await
             .expect("start");
-        let mut kv = kv(&c).await;
+        let mut kv = kv_small_window(&c).await;
         fill(&mut kv, 400, 4096).await;
         let before = kv.range(prefix()).await.unwrap().into_inner();
         let rev = before.header.unwrap().revision;
@@ -440,7 +457,9 @@ async fn range_stream_is_pinned_and_fails_when_compacted_mid_stream() {
                 Err(e) => break e,
             }
         };
-        assert!(got < 400, "keys before the error: {got}");
+        // The server is paced by the 64 KiB window: ~60 keys arrive
+        // before the error here, whatever the machine's load.
+        assert!(got < 200, "keys before the error: {got}");
         assert_compacted(&err);
     })
     .await;
