@@ -1050,9 +1050,10 @@ impl Run {
             // The members' whole logs beside the record: the cluster's temp
             // dir goes with the run, and a long-mode failure is often seen
             // only once.
+            let _ = std::fs::create_dir_all(&dir);
             for m in &self.rc.cluster.members {
                 let to = dir.join(format!("{}-{}-{}.log", rep.name, rep.seed, m.name));
-                match std::fs::create_dir_all(&dir).and_then(|_| std::fs::copy(m.log_path(), &to)) {
+                match std::fs::copy(m.log_path(), &to) {
                     Ok(_) => eprintln!("robustness: {} log kept in {}", m.name, to.display()),
                     Err(e) => eprintln!("robustness: cannot keep {}'s log: {e}", m.name),
                 }

@@ -26,26 +26,19 @@ use tonic::Code;
 type Kv = pb::kv_client::KvClient<Channel>;
 
 async fn kv(c: &Cluster) -> Kv {
-    let ch = Channel::from_shared(c.members[0].endpoint())
-        .expect("endpoint")
-        .connect_timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .expect("connect");
-    Kv::new(ch).max_decoding_message_size(usize::MAX)
+    kv_with_window(c, None).await
 }
 
-/// A client whose HTTP/2 stream window is the protocol's default (64 KiB;
-/// the connection's stays large, so other calls on it are not held behind
-/// an unread stream), so a stream's server can be at most a few chunks
-/// ahead of what the test has read (with tonic's 2 MiB stream window the server
-/// could read a whole 1.6 MB list before a compaction the test sends
-/// after the first chunk: seen once in a loaded full run).
-async fn kv_small_window(c: &Cluster) -> Kv {
+/// A client on its own connection; `stream_window` sets its HTTP/2 stream
+/// window (by default hyper's 2 MiB, enough for a server to read a whole
+/// 1.6 MB list before the client reads its first chunk; 64 KiB keeps it
+/// a few chunks ahead; the connection's window stays large, so other
+/// calls are not held behind an unread stream).
+async fn kv_with_window(c: &Cluster, stream_window: Option<u32>) -> Kv {
     let ch = Channel::from_shared(c.members[0].endpoint())
         .expect("endpoint")
         .connect_timeout(Duration::from_secs(2))
-        .initial_stream_window_size(65_535)
+        .initial_stream_window_size(stream_window)
         .connect()
         .await
         .expect("connect");
@@ -387,7 +380,7 @@ async fn range_stream_is_pinned_and_fails_when_compacted_mid_stream() {
         let c = Cluster::start(Flavor::Retcd, 1, &["--max-request-bytes=65536"])
             .await
             .expect("start");
-        let mut kv = kv_small_window(&c).await;
+        let mut kv = kv_with_window(&c, Some(65_535)).await;
         fill(&mut kv, 400, 4096).await;
         let before = kv.range(prefix()).await.unwrap().into_inner();
         let rev = before.header.unwrap().revision;
