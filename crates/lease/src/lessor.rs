@@ -466,6 +466,15 @@ impl Lessor {
     /// out is handed out again after the retry interval if still there
     /// (its revoke may have been lost), as etcd's `findExpiredLeases`.
     pub fn find_expired_leases(&self, limit: usize) -> Vec<LeaseId> {
+        self.find_expired_leases_overdue(limit)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// [`Self::find_expired_leases`], each with how long past its expiry
+    /// it was found (the expiry loop's lateness, for the revoke's log).
+    pub fn find_expired_leases_overdue(&self, limit: usize) -> Vec<(LeaseId, Duration)> {
         let now = self.clock.now();
         let mut inner = self.inner.lock();
         let mut out = Vec::new();
@@ -483,12 +492,12 @@ impl Lessor {
             if now < at {
                 break;
             }
-            let expired = l.expired(now);
+            let overdue = l.expiry.filter(|&e| now >= e).map(|e| now - e);
             inner
                 .expiries
                 .register_or_update(id, now + self.cfg.expired_leases_retry_interval);
-            if expired {
-                out.push(id);
+            if let Some(overdue) = overdue {
+                out.push((id, overdue));
             }
         }
         out

@@ -198,7 +198,11 @@ fn test_lessor_expire() {
     assert!(e.le.find_expired_leases(10).is_empty());
     e.le.renew(1).unwrap(); // now expires at 5
     e.clock.advance(2 * S + Duration::from_millis(500)); // t = 4.5
-    assert_eq!(e.le.find_expired_leases(10), vec![3]);
+    assert_eq!(
+        e.le.find_expired_leases_overdue(10),
+        vec![(3, Duration::from_millis(500))],
+        "found 0.5 s past its expiry at 4"
+    );
     assert!(
         e.le.find_expired_leases(10).is_empty(),
         "handed out once per retry interval"

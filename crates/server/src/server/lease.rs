@@ -338,6 +338,10 @@ async fn lease_time_to_live(
 /// of expired leases): every 500 ms, while this lessor is primary, revoke
 /// expired leases through raft and propose due checkpoints. Runs for the
 /// life of the process; does nothing on followers.
+/// How long past its expiry a lease may be revoked before the revoke is
+/// logged as a warning.
+const REVOKE_LATE: Duration = Duration::from_secs(1);
+
 pub async fn run_lessor(server: Arc<EtcdServer>) {
     let pending = Arc::new(Semaphore::new(MAX_PENDING_REVOKES));
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -348,7 +352,7 @@ pub async fn run_lessor(server: Arc<EtcdServer>) {
         if !lessor.is_primary() {
             continue;
         }
-        for id in lessor.find_expired_leases(LEASE_REVOKE_RATE / 2) {
+        for (id, overdue) in lessor.find_expired_leases_overdue(LEASE_REVOKE_RATE / 2) {
             let Ok(permit) = pending.clone().acquire_owned().await else {
                 return;
             };
@@ -357,13 +361,27 @@ pub async fn run_lessor(server: Arc<EtcdServer>) {
                 // As root (etcd revokes with `WithRoot`): the lease's keys
                 // may be any user's.
                 let root = Some(AuthInfo::server_itself());
+                let started = Instant::now();
                 match s
                     .propose_as(Request::LeaseRevoke(LeaseRevokeRequest { id }), root)
                     .await
                 {
                     Ok(_) => {
                         crate::metrics::global().lease_expired.inc();
-                        tracing::debug!(lease = %format!("{id:016x}"), "revoked expired lease")
+                        let took = started.elapsed();
+                        let (lease, found, took_s) = (
+                            format!("{id:016x}"),
+                            crate::log::GoDuration(overdue),
+                            crate::log::GoDuration(took),
+                        );
+                        // A revoke applied over a second past the expiry
+                        // keeps the lease's keys that long: say where the
+                        // time went (the expiry loop or the commit).
+                        if overdue + took > REVOKE_LATE {
+                            tracing::warn!(lease, found_after_expiry = %found, revoke_took = %took_s, "revoked an expired lease late")
+                        } else {
+                            tracing::debug!(lease, found_after_expiry = %found, revoke_took = %took_s, "revoked expired lease")
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(lease = %format!("{id:016x}"), error = %e, "failed to revoke expired lease")
