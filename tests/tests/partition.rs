@@ -570,3 +570,95 @@ async fn partition_five_members_leader_in_minority() {
     })
     .await;
 }
+
+/// A keepalive a member forwards to the leader across a cut link must not
+/// renew the lease once its client gave up: the client's 1 s timeout
+/// drops the stream, the member cancels the forward, but the forward's
+/// bytes already sit in the member's TCP send queue, and after the heal
+/// TCP's backed-off retransmission would hand them to the leader seconds
+/// later, which renewed the lease then (a late expiry the lease check saw
+/// in `partition_bridge` under load). The lease is kept alive once on the
+/// leader, the far member's keepalive times out inside a 4 s cut, and 4 s
+/// after the heal the leader must show the TTL counting from the last
+/// keepalive it answered in time, not from a renewal after the heal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partition_cut_off_keepalive_is_not_renewed_after_the_heal() {
+    use retcd_robustness::traffic::{bounded, connect};
+    use retcd_tests::robustness::RbCluster;
+    let mut rc = RbCluster::start(&opts(3), 1).await.expect("start cluster");
+    let eps = rc.cluster.endpoints();
+    let l = rc.leader().await.expect("a leader");
+    let far = (l + 1) % 3;
+    let t = Duration::from_secs(3);
+    let mut lc = connect(&eps[l..=l], t)
+        .await
+        .expect("connect to the leader");
+    let ttl = 10;
+    let lease = bounded(t, lc.lease_grant(ttl, None))
+        .await
+        .expect("grant")
+        .id();
+    let (mut k, mut s) = bounded(t, lc.lease_keep_alive(lease))
+        .await
+        .expect("keepalive stream");
+    // one through the far member first: its forwarding connection to the
+    // leader is open when the link is cut, as in a running cluster
+    {
+        let mut fc = connect(&eps[far..=far], t)
+            .await
+            .expect("connect to the far member");
+        let (mut fk, mut fs) = bounded(t, fc.lease_keep_alive(lease))
+            .await
+            .expect("keepalive stream");
+        fk.keep_alive().await.expect("keepalive");
+        let a = fs.message().await.expect("keepalive answer");
+        assert_eq!(a.map(|a| a.ttl()), Some(ttl), "forwarded keepalive");
+    }
+    k.keep_alive().await.expect("keepalive");
+    s.message().await.expect("keepalive answer");
+    let renewed = std::time::Instant::now();
+    eprintln!("lease {lease:x} renewed on the leader m{l}; cutting m{far} from it");
+    rc.net
+        .as_mut()
+        .expect("netns")
+        .cut_both(l, far)
+        .expect("cut");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    {
+        let mut fc = connect(&eps[far..=far], t)
+            .await
+            .expect("connect to the far member");
+        let r = bounded(Duration::from_secs(1), async {
+            let (mut k, mut s) = fc.lease_keep_alive(lease).await?;
+            k.keep_alive().await?;
+            s.message().await
+        })
+        .await;
+        assert!(
+            r.is_err(),
+            "a keepalive through m{far}, cut from the leader, was answered: {r:?}"
+        );
+        // the client gives up: its connection and stream go away here
+    }
+    tokio::time::sleep(Duration::from_millis(2700)).await;
+    let net = rc.net.as_mut().expect("netns");
+    let dropped = net.dropped_total().expect("drop counters");
+    assert!(dropped > 0, "the cut dropped nothing");
+    net.heal().expect("heal");
+    eprintln!("healed after dropping {dropped} packets");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let r = bounded(t, lc.lease_time_to_live(lease, None))
+        .await
+        .expect("TimeToLive");
+    let elapsed = renewed.elapsed().as_secs_f64();
+    eprintln!(
+        "{elapsed:.1} s after the last keepalive answered in time: TTL {} of {ttl}",
+        r.ttl()
+    );
+    assert!(r.ttl() > 0, "the lease expired early: {r:?}");
+    assert!(
+        (r.ttl() as f64) <= ttl as f64 - elapsed + 1.0,
+        "TTL {} {elapsed:.1} s after the last keepalive answered in time: the cut-off keepalive renewed the lease after the heal",
+        r.ttl()
+    );
+}

@@ -988,6 +988,27 @@ async fn etcd_attacks(fx: &mut Fixture) {
     );
 }
 
+/// A keepalive sent to a follower reaches the leader over the TLS peer
+/// link (the forwarding connection's own TCP + TLS connector).
+async fn forwarded_keepalive(fx: &Fixture, leader: u64) {
+    let l = fx.ids.iter().position(|&id| id == leader).expect("leader");
+    let f = (l + 1) % 3;
+    let url = |i: usize| fx.nodes.nodes[i].client_url.clone();
+    let mut lc = connect(&[url(l)]).await.expect("connect to the leader");
+    let lease = lc.lease_grant(30, None).await.expect("grant").id();
+    let mut fc = connect(&[url(f)]).await.expect("connect to a follower");
+    let (mut k, mut s) = fc.lease_keep_alive(lease).await.expect("keepalive stream");
+    k.keep_alive().await.expect("keepalive");
+    let a = s.message().await.expect("keepalive answer");
+    assert_eq!(
+        a.map(|a| a.ttl()),
+        Some(30),
+        "a keepalive through follower m{f}, forwarded to the leader m{l}"
+    );
+    lc.lease_revoke(lease).await.expect("revoke");
+    eprintln!("keepalive through m{f} forwarded to the leader m{l} over TLS: renewed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_port_attackers_are_refused_and_the_cluster_keeps_serving() {
     bounded(LIMIT, async {
@@ -1003,6 +1024,7 @@ async fn peer_port_attackers_are_refused_and_the_cluster_keeps_serving() {
             base.leader,
             base.term
         );
+        forwarded_keepalive(&fx, base.leader).await;
         match fx.flavor {
             Flavor::Retcd => retcd_attacks(&mut fx).await,
             Flavor::Etcd => etcd_attacks(&mut fx).await,

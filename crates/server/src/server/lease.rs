@@ -47,6 +47,16 @@ use tonic::Code;
 const MAX_PENDING_REVOKES: usize = 16;
 const RETRY: Duration = Duration::from_millis(50);
 
+/// How long a forwarded keepalive's bytes may stay unacknowledged before
+/// the connection is aborted and what it still had to send dropped
+/// (TCP_USER_TIMEOUT). Behind a cut link TCP retransmits with a growing
+/// backoff (0.2, 0.6, 1.4, 3 s, ...): a keepalive whose client gave up
+/// long ago reached the leader after the heal and renewed the lease then,
+/// seconds past when its client counted on the lease running out (etcd
+/// 3.4.23 does the same; `partition_cut_off_keepalive_is_not_renewed_after_the_heal`).
+/// With this limit a forward lands within ~0.6 s of being sent, or never.
+const FORWARD_UNACKED_LIMIT: Duration = Duration::from_secs(1);
+
 /// Peer connections used to forward lease requests to the leader.
 pub(super) struct Forwarder {
     dialer: Dialer,
@@ -77,6 +87,7 @@ impl Forwarder {
                 ep.connect_timeout(Duration::from_millis(500))
                     .tcp_nodelay(true)
             })
+            .with_tcp_user_timeout(FORWARD_UNACKED_LIMIT)
             .connect_lazy();
         chans.insert(url.to_string(), ch.clone());
         Some(RaftPeerClient::new(ch))

@@ -492,6 +492,8 @@ impl Dialer {
 pub struct Dial {
     endpoint: Endpoint,
     tls: Option<(Arc<ClientConfig>, String)>,
+    /// TCP_USER_TIMEOUT of the connections ([`Dial::with_tcp_user_timeout`]).
+    user_timeout: Option<Duration>,
 }
 
 impl Dial {
@@ -505,11 +507,13 @@ impl Dial {
                 Ok(Dial {
                     endpoint,
                     tls: Some((cfg.clone(), hp)),
+                    user_timeout: None,
                 })
             }
             _ => Ok(Dial {
                 endpoint: Endpoint::from_shared(url.to_string())?,
                 tls: None,
+                user_timeout: None,
             }),
         }
     }
@@ -520,11 +524,28 @@ impl Dial {
         self
     }
 
+    /// Connections whose sent bytes stay unacknowledged for `d` are
+    /// aborted by the kernel (TCP_USER_TIMEOUT), which drops what they
+    /// still had to send. For requests that must not reach the other end
+    /// long after the caller gave up on them: behind a cut link TCP keeps
+    /// retransmitting them with a growing backoff, and after the heal it
+    /// delivers them seconds later.
+    pub fn with_tcp_user_timeout(mut self, d: Duration) -> Dial {
+        self.user_timeout = Some(d);
+        self
+    }
+
     pub async fn connect(self) -> Result<Channel, tonic::transport::Error> {
+        let ut = self.user_timeout;
         match self.tls {
             Some((cfg, hp)) => {
                 self.endpoint
-                    .connect_with_connector(connector(cfg, hp))
+                    .connect_with_connector(connector(cfg, hp, ut))
+                    .await
+            }
+            None if ut.is_some() => {
+                self.endpoint
+                    .connect_with_connector(plain_connector(ut))
                     .await
             }
             None => self.endpoint.connect().await,
@@ -532,19 +553,57 @@ impl Dial {
     }
 
     pub fn connect_lazy(self) -> Channel {
+        let ut = self.user_timeout;
         match self.tls {
             Some((cfg, hp)) => self
                 .endpoint
-                .connect_with_connector_lazy(connector(cfg, hp)),
+                .connect_with_connector_lazy(connector(cfg, hp, ut)),
+            None if ut.is_some() => self
+                .endpoint
+                .connect_with_connector_lazy(plain_connector(ut)),
             None => self.endpoint.connect_lazy(),
         }
     }
+}
+
+/// A TCP connection to `hp`, TCP_NODELAY and the given TCP_USER_TIMEOUT set.
+async fn tcp_connect(hp: &str, user_timeout: Option<Duration>) -> std::io::Result<TcpStream> {
+    let tcp = TcpStream::connect(hp).await?;
+    tcp.set_nodelay(true)?;
+    if let Some(d) = user_timeout {
+        let ms = u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
+        rustix::net::sockopt::set_tcp_user_timeout(&tcp, ms)?;
+    }
+    Ok(tcp)
+}
+
+/// Plain TCP to the URI's host and port ([`tcp_connect`]).
+fn plain_connector(
+    user_timeout: Option<Duration>,
+) -> impl tower::Service<
+    tonic::transport::Uri,
+    Response = hyper_util::rt::TokioIo<TcpStream>,
+    Error = std::io::Error,
+    Future = impl Send,
+> + Clone
+       + Send {
+    tower::service_fn(move |uri: tonic::transport::Uri| async move {
+        let hp = match (uri.host(), uri.port_u16()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => format!("{h}:80"),
+            _ => return Err(std::io::Error::other(format!("no host in {uri}"))),
+        };
+        Ok(hyper_util::rt::TokioIo::new(
+            tcp_connect(&hp, user_timeout).await?,
+        ))
+    })
 }
 
 /// TCP + TLS to `hp` with `cfg`, verifying the server as the host of `hp`.
 fn connector(
     cfg: Arc<ClientConfig>,
     hp: String,
+    user_timeout: Option<Duration>,
 ) -> impl tower::Service<
     tonic::transport::Uri,
     Response = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
@@ -555,8 +614,7 @@ fn connector(
     tower::service_fn(move |_: tonic::transport::Uri| {
         let (cfg, hp) = (cfg.clone(), hp.clone());
         async move {
-            let tcp = TcpStream::connect(&hp).await?;
-            tcp.set_nodelay(true)?;
+            let tcp = tcp_connect(&hp, user_timeout).await?;
             let host = hp.rsplit_once(':').map_or(hp.as_str(), |(h, _)| h);
             let host = host.trim_matches(['[', ']']);
             let name = ServerName::try_from(host.to_string())
