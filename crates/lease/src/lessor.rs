@@ -465,16 +465,9 @@ impl Lessor {
     /// Up to `limit` expired leases to revoke (primary only). A lease handed
     /// out is handed out again after the retry interval if still there
     /// (its revoke may have been lost), as etcd's `findExpiredLeases`.
-    pub fn find_expired_leases(&self, limit: usize) -> Vec<LeaseId> {
-        self.find_expired_leases_overdue(limit)
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect()
-    }
-
-    /// [`Self::find_expired_leases`], each with how long past its expiry
-    /// it was found (the expiry loop's lateness, for the revoke's log).
-    pub fn find_expired_leases_overdue(&self, limit: usize) -> Vec<(LeaseId, Duration)> {
+    /// Each with how long past its expiry it was found (the expiry loop's
+    /// lateness, for the revoke's log).
+    pub fn find_expired_leases(&self, limit: usize) -> Vec<(LeaseId, Duration)> {
         let now = self.clock.now();
         let mut inner = self.inner.lock();
         let mut out = Vec::new();
@@ -492,7 +485,7 @@ impl Lessor {
             if now < at {
                 break;
             }
-            let overdue = l.expiry.filter(|&e| now >= e).map(|e| now - e);
+            let overdue = l.expiry.and_then(|e| now.checked_duration_since(e));
             inner
                 .expiries
                 .register_or_update(id, now + self.cfg.expired_leases_retry_interval);

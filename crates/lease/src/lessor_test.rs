@@ -9,7 +9,7 @@ use retcd_mvcc::{KvStore, LeaseLookup};
 use retcd_storage::backend::{Backend, LEASES};
 
 use crate::lessor::LessorConfig;
-use crate::{LeaseError, Lessor, ManualClock, MAX_LEASE_TTL};
+use crate::{LeaseError, LeaseId, Lessor, ManualClock, MAX_LEASE_TTL};
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -187,6 +187,14 @@ fn test_lessor_renew() {
     assert_eq!(e.le.renew(1), Err(LeaseError::Expired));
 }
 
+/// The IDs [`Lessor::find_expired_leases`] hands out.
+fn expired_ids(le: &Lessor, limit: usize) -> Vec<LeaseId> {
+    le.find_expired_leases(limit)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}
+
 #[test]
 fn test_lessor_expire() {
     let e = env();
@@ -195,32 +203,28 @@ fn test_lessor_expire() {
     e.grant(2, 5).unwrap();
     e.grant(3, 4).unwrap();
     e.clock.advance(2 * S);
-    assert!(e.le.find_expired_leases(10).is_empty());
+    assert!(expired_ids(&e.le, 10).is_empty());
     e.le.renew(1).unwrap(); // now expires at 5
     e.clock.advance(2 * S + Duration::from_millis(500)); // t = 4.5
     assert_eq!(
-        e.le.find_expired_leases_overdue(10),
+        e.le.find_expired_leases(10),
         vec![(3, Duration::from_millis(500))],
         "found 0.5 s past its expiry at 4"
     );
     assert!(
-        e.le.find_expired_leases(10).is_empty(),
+        expired_ids(&e.le, 10).is_empty(),
         "handed out once per retry interval"
     );
     e.clock.advance(S); // t = 5.5
-    assert_eq!(
-        e.le.find_expired_leases(1),
-        vec![1],
-        "limit, in expiry order"
-    );
-    assert_eq!(e.le.find_expired_leases(10), vec![2]);
+    assert_eq!(expired_ids(&e.le, 1), vec![1], "limit, in expiry order");
+    assert_eq!(expired_ids(&e.le, 10), vec![2]);
     e.clock.advance(3 * S); // retry interval passed, nothing revoked yet
-    let mut again = e.le.find_expired_leases(10);
+    let mut again = expired_ids(&e.le, 10);
     again.sort();
     assert_eq!(again, vec![1, 2, 3]);
     e.revoke(3).unwrap();
     e.clock.advance(3 * S);
-    let mut again = e.le.find_expired_leases(10);
+    let mut again = expired_ids(&e.le, 10);
     again.sort();
     assert_eq!(again, vec![1, 2]);
 }
@@ -236,15 +240,15 @@ fn test_lessor_promote() {
     );
     e.clock.advance(100 * S);
     assert!(
-        e.le.find_expired_leases(10).is_empty(),
+        expired_ids(&e.le, 10).is_empty(),
         "a follower never expires"
     );
     e.le.promote(S);
     assert_eq!(e.le.lookup(1).unwrap().remaining_secs, 11, "TTL + extend");
     e.clock.advance(10 * S);
-    assert!(e.le.find_expired_leases(10).is_empty());
+    assert!(expired_ids(&e.le, 10).is_empty());
     e.clock.advance(S);
-    assert_eq!(e.le.find_expired_leases(10), vec![1]);
+    assert_eq!(expired_ids(&e.le, 10), vec![1]);
 }
 
 #[test]
@@ -255,7 +259,7 @@ fn test_lessor_demote() {
     e.le.demote();
     assert!(!e.le.is_primary());
     e.clock.advance(10 * S);
-    assert!(e.le.find_expired_leases(10).is_empty());
+    assert!(expired_ids(&e.le, 10).is_empty());
     assert_eq!(e.le.renew(1), Err(LeaseError::NotPrimary));
     e.le.promote(Duration::ZERO);
     assert_eq!(e.le.lookup(1).unwrap().remaining_secs, 5);
@@ -272,7 +276,7 @@ fn test_lessor_promote_spreads_pile_up() {
     let mut per_second = Vec::new();
     for _ in 0..20 {
         e.clock.advance(S);
-        let ids = e.le.find_expired_leases(usize::MAX);
+        let ids = expired_ids(&e.le, usize::MAX);
         per_second.push(ids.len());
         for id in ids {
             e.revoke(id).unwrap();

@@ -345,14 +345,14 @@ async fn lease_time_to_live(
     }
 }
 
-/// The leader's lease loop (etcd's lessor `runLoop` + the server's revoke
-/// of expired leases): every 500 ms, while this lessor is primary, revoke
-/// expired leases through raft and propose due checkpoints. Runs for the
-/// life of the process; does nothing on followers.
 /// How long past its expiry a lease may be revoked before the revoke is
 /// logged as a warning.
 const REVOKE_LATE: Duration = Duration::from_secs(1);
 
+/// The leader's lease loop (etcd's lessor `runLoop` + the server's revoke
+/// of expired leases): every 500 ms, while this lessor is primary, revoke
+/// expired leases through raft and propose due checkpoints. Runs for the
+/// life of the process; does nothing on followers.
 pub async fn run_lessor(server: Arc<EtcdServer>) {
     let pending = Arc::new(Semaphore::new(MAX_PENDING_REVOKES));
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -363,7 +363,7 @@ pub async fn run_lessor(server: Arc<EtcdServer>) {
         if !lessor.is_primary() {
             continue;
         }
-        for (id, overdue) in lessor.find_expired_leases_overdue(LEASE_REVOKE_RATE / 2) {
+        for (id, overdue) in lessor.find_expired_leases(LEASE_REVOKE_RATE / 2) {
             let Ok(permit) = pending.clone().acquire_owned().await else {
                 return;
             };
