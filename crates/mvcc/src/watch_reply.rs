@@ -27,6 +27,7 @@ use prost::encoding::{DecodeContext, WireType};
 use prost::{DecodeError, Message};
 use retcd_api::etcdserverpb::WatchResponse;
 use retcd_api::mvccpb::Event;
+use smallvec::SmallVec;
 
 /// Field number of `WatchResponse.events`.
 const EVENTS_FIELD: u32 = 11;
@@ -60,17 +61,22 @@ impl EncodedEvents {
     }
 }
 
+/// Indices of events in an [`EncodedEvents`] batch. Inline up to four:
+/// a watcher usually gets one or two events of a batch, and fanning a
+/// batch out to 1 000 watchers then allocates nothing per watcher.
+pub type Picks = SmallVec<[u32; 4]>;
+
 /// Some of a batch's shared events, in order.
 #[derive(Clone, Debug)]
 pub struct SharedEvents {
     batch: Arc<EncodedEvents>,
-    picks: Vec<u32>,
+    picks: Picks,
     /// Total encoded size of the picked events.
     len: usize,
 }
 
 impl SharedEvents {
-    pub(crate) fn new(batch: Arc<EncodedEvents>, picks: Vec<u32>) -> SharedEvents {
+    pub(crate) fn new(batch: Arc<EncodedEvents>, picks: Picks) -> SharedEvents {
         let len = picks.iter().map(|&i| batch.len_of(i)).sum();
         SharedEvents { batch, picks, len }
     }
@@ -103,15 +109,16 @@ impl SharedEvents {
 pub struct WatchReply {
     /// Every field but the shared events.
     pub resp: WatchResponse,
-    /// Shared events, after `resp`'s own (several after [`WatchReply::merge`]).
-    shared: Vec<SharedEvents>,
+    /// Shared events, after `resp`'s own (several after [`WatchReply::merge`];
+    /// one, inline, as `notify` builds it).
+    shared: SmallVec<[SharedEvents; 1]>,
 }
 
 impl From<WatchResponse> for WatchReply {
     fn from(resp: WatchResponse) -> WatchReply {
         WatchReply {
             resp,
-            shared: Vec::new(),
+            shared: SmallVec::new(),
         }
     }
 }
@@ -122,7 +129,7 @@ impl WatchReply {
         debug_assert!(resp.events.is_empty(), "events either decoded or shared");
         WatchReply {
             resp,
-            shared: vec![shared],
+            shared: smallvec::smallvec![shared],
         }
     }
 
@@ -272,7 +279,7 @@ mod tests {
         };
         let reply = WatchReply::with_shared(
             head.clone(),
-            SharedEvents::new(batch.clone(), vec![idx[0], idx[2]]),
+            SharedEvents::new(batch.clone(), smallvec::smallvec![idx[0], idx[2]]),
         );
         let plain = WatchResponse {
             events: vec![events[0].clone(), events[2].clone()],
@@ -321,8 +328,9 @@ mod tests {
             watch_id: 4,
             ..Default::default()
         };
-        let mut a = WatchReply::with_shared(head(5), SharedEvents::new(b1, vec![i0]));
-        let b = WatchReply::with_shared(head(6), SharedEvents::new(b2, vec![i1]));
+        let mut a =
+            WatchReply::with_shared(head(5), SharedEvents::new(b1, smallvec::smallvec![i0]));
+        let b = WatchReply::with_shared(head(6), SharedEvents::new(b2, smallvec::smallvec![i1]));
         assert!(a.merge(b).is_none());
         let want = WatchResponse {
             events: vec![events[0].clone(), events[1].clone()],
@@ -344,7 +352,7 @@ mod tests {
         assert!(d
             .merge(WatchReply::with_shared(
                 head(8),
-                SharedEvents::new(Arc::new(b3), vec![i2]),
+                SharedEvents::new(Arc::new(b3), smallvec::smallvec![i2]),
             ))
             .is_none());
         assert_eq!(

@@ -72,7 +72,7 @@ use retcd_api::mvccpb::{event::EventType, Event};
 
 use crate::kvstore::KvStore;
 use crate::watch_history::read_events;
-use crate::watch_reply::{EncodedEvents, SharedEvents, WatchReply};
+use crate::watch_reply::{EncodedEvents, Picks, SharedEvents, WatchReply};
 use crate::watcher_group::{
     WatchError, WatchId, WatchOptions, WatchRange, Watcher, WatcherGroup, WatcherKey, WatcherState,
 };
@@ -135,13 +135,16 @@ fn response(watch_id: WatchId, revision: i64, events: Vec<Event>) -> WatchRespon
     }
 }
 
+/// The replies `notify` sends one stream in one message.
+struct StreamReplies {
+    stream: u64,
+    replies: Vec<WatchReply>,
+    /// Per watcher: its key, how many of `replies` are its, its next revision.
+    members: Vec<(WatcherKey, usize, i64)>,
+}
+
 /// A reply of watcher `watch_id` at `revision` with the shared events `picks`.
-fn shared(
-    watch_id: WatchId,
-    revision: i64,
-    enc: &Arc<EncodedEvents>,
-    picks: Vec<u32>,
-) -> WatchReply {
+fn shared(watch_id: WatchId, revision: i64, enc: &Arc<EncodedEvents>, picks: Picks) -> WatchReply {
     WatchReply::with_shared(
         response(watch_id, revision, Vec::new()),
         SharedEvents::new(enc.clone(), picks),
@@ -407,7 +410,7 @@ impl WatchableStore {
         // Who wants what: per watcher (in order of its first event in the
         // batch) the events it gets, each as `2 * index + with_prev_kv`;
         // per event, which of its two encodings someone needs.
-        let mut wanted: Vec<(WatcherKey, Vec<u32>)> = Vec::new();
+        let mut wanted: Vec<(WatcherKey, Picks)> = Vec::new();
         // a watcher's entry in `wanted` is remembered in the watcher itself,
         // stamped with this call's number
         inner.notify_gen += 1;
@@ -430,7 +433,7 @@ impl WatchableStore {
                     w.notify_slot = (gen, wanted.len());
                     // sent or parked below, either way it got events
                     w.sent_since_tick = true;
-                    wanted.push((wk, Vec::new()));
+                    wanted.push((wk, Picks::new()));
                 }
                 wanted[w.notify_slot.1]
                     .1
@@ -457,15 +460,13 @@ impl WatchableStore {
                 })
                 .collect();
             let enc = Arc::new(enc);
-            // one message per stream holding its watchers' replies:
-            // (stream, replies, per watcher: key, its reply count, next rev)
-            let mut groups: Vec<(u64, Vec<WatchReply>, Vec<(WatcherKey, usize, i64)>)> = Vec::new();
+            let mut groups: Vec<StreamReplies> = Vec::new();
             let mut group_of: HashMap<u64, usize> = HashMap::default();
             for (wk, mut picks) in wanted {
                 // one response per watcher, cut at a revision boundary
                 // when it would pass MERGE_LIMIT_BYTES (never inside one):
                 // `cuts` holds (end, last revision) of each response
-                let mut cuts: Vec<(usize, i64)> = Vec::new();
+                let mut cuts: smallvec::SmallVec<[(usize, i64); 2]> = smallvec::SmallVec::new();
                 let (mut size, mut last) = (0, 0);
                 for (k, pick) in picks.iter_mut().enumerate() {
                     let (i, prev) = ((*pick / 2) as usize, (*pick % 2) as usize);
@@ -482,20 +483,32 @@ impl WatchableStore {
                 }
                 cuts.push((picks.len(), last));
                 let g = *group_of.entry(wk.0).or_insert_with(|| {
-                    groups.push((wk.0, Vec::new(), Vec::new()));
+                    groups.push(StreamReplies {
+                        stream: wk.0,
+                        replies: Vec::new(),
+                        members: Vec::new(),
+                    });
                     groups.len() - 1
                 });
                 let group = &mut groups[g];
-                group.2.push((wk, cuts.len(), last + 1));
-                let mut done = 0;
-                for (end, rev) in cuts {
-                    let rest = picks.split_off(end - done);
-                    let chunk = std::mem::replace(&mut picks, rest);
-                    done = end;
-                    group.1.push(shared(wk.1, rev, &enc, chunk));
+                group.members.push((wk, cuts.len(), last + 1));
+                if let [(_, rev)] = cuts[..] {
+                    group.replies.push(shared(wk.1, rev, &enc, picks));
+                } else {
+                    let mut start = 0;
+                    for (end, rev) in cuts {
+                        let chunk = Picks::from_slice(&picks[start..end]);
+                        start = end;
+                        group.replies.push(shared(wk.1, rev, &enc, chunk));
+                    }
                 }
             }
-            for (stream, replies, members) in groups {
+            for StreamReplies {
+                stream,
+                replies,
+                members,
+            } in groups
+            {
                 let Some(st) = inner.streams.get(&stream) else {
                     continue;
                 };

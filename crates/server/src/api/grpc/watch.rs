@@ -416,6 +416,9 @@ impl Stream for ResponseStream {
                     Err(_) => break,
                 }
             }
+            // counted per batch: one shared counter update, not one per reply
+            let events: usize = batches.iter().flatten().map(|r| r.event_count()).sum();
+            crate::metrics::global().events_total.inc_by(events as u64);
             this.incoming = if batches.len() == 1 {
                 batches.pop().unwrap_or_default()
             } else {
@@ -425,9 +428,6 @@ impl Stream for ResponseStream {
         };
         let rev = r.resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
         r.resp.header = Some(this.server.header(rev));
-        crate::metrics::global()
-            .events_total
-            .inc_by(r.event_count() as u64);
         if r.event_count() > 1
             && r.encoded_len() >= this.max
             && this.fragmenting.lock().contains(&r.resp.watch_id)
