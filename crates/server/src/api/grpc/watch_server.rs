@@ -7,8 +7,7 @@
 //!
 //! Otherwise this is what tonic generates for a bidirectional streaming
 //! method: the prost codec (a `WatchReply` is a `prost::Message`), message
-//! size limits, and UNIMPLEMENTED for any other path under the service;
-//! only the response buffer is sized for watch traffic ([`WatchCodec`]).
+//! size limits, and UNIMPLEMENTED for any other path under the service.
 
 use super::watch::{ResponseStream, WatchService};
 use retcd_api::etcdserverpb::WatchRequest;
@@ -16,44 +15,9 @@ use retcd_mvcc::WatchReply;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tonic::codec::{BufferSettings, Codec};
 use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
-use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
-
-/// The prost codec with a larger response buffer. A watch stream's
-/// replies are encoded one after another into one buffer, handed to HTTP/2
-/// each time it passes the yield threshold (32 KiB, tonic's default). With
-/// tonic's 8 KiB starting buffer every such chunk grew 8 → 16 → 32 → 64 KiB,
-/// copying what it held at each step (1 000 watchers on a key: 6 % of the
-/// server's CPU went to those copies); a 64 KiB buffer holds a whole chunk
-/// and most of the next.
-#[derive(Default)]
-struct WatchCodec;
-
-/// Starting size of a watch stream's response buffer.
-const WATCH_BUFFER: usize = 64 * 1024;
-/// A chunk goes to HTTP/2 once it holds this much (tonic's default).
-const WATCH_YIELD: usize = 32 * 1024;
-
-impl Codec for WatchCodec {
-    type Encode = WatchReply;
-    type Decode = WatchRequest;
-    type Encoder = ProstEncoder<WatchReply>;
-    type Decoder = ProstDecoder<WatchRequest>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::<WatchReply, WatchRequest>::raw_encoder(BufferSettings::new(
-            WATCH_BUFFER,
-            WATCH_YIELD,
-        ))
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        ProstCodec::<WatchReply, WatchRequest>::default().decoder()
-    }
-}
 
 /// The Watch service as a tower service, for `Routes::add_service`.
 #[derive(Clone)]
@@ -114,8 +78,8 @@ where
             self.max_encoding_message_size,
         );
         Box::pin(async move {
-            let mut grpc =
-                Grpc::new(WatchCodec).apply_max_message_size_config(Some(dec), Some(enc));
+            let codec = tonic_prost::ProstCodec::<WatchReply, WatchRequest>::default();
+            let mut grpc = Grpc::new(codec).apply_max_message_size_config(Some(dec), Some(enc));
             Ok(grpc.streaming(method, req).await)
         })
     }
