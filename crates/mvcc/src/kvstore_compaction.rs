@@ -322,7 +322,10 @@ impl Worker {
                     Outcome::Stale
                 }
             };
-            self.pending.fetch_sub(1, Ordering::SeqCst);
+            if !matches!(outcome, Outcome::Done) {
+                // a finished job left the count when it was published
+                self.pending.fetch_sub(1, Ordering::SeqCst);
+            }
             if matches!(outcome, Outcome::Stopped) {
                 return;
             }
@@ -467,6 +470,9 @@ impl Worker {
                 if let Some(o) = self.observer.read().as_ref() {
                     o.finished(job.rev, started.elapsed());
                 }
+                // no longer pending once it is published: whoever saw the
+                // finish sees the queue without it
+                self.pending.fetch_sub(1, Ordering::SeqCst);
                 self.finished.send_modify(|f| *f = (*f).max(job.rev));
                 tracing::info!(
                     compact_revision = job.rev,
