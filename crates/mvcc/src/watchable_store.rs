@@ -416,16 +416,18 @@ impl WatchableStore {
         inner.notify_gen += 1;
         let gen = inner.notify_gen;
         let mut need = vec![[false; 2]; events.len()];
-        let mut cands: Vec<WatcherKey> = Vec::new();
+        let mut cands: Vec<(WatcherKey, bool)> = Vec::new();
         for (i, (r, ev)) in events.iter().enumerate() {
             let key = ev.kv.as_ref().map(|kv| kv.key.as_ref()).unwrap_or_default();
             cands.clear();
             cands.extend(inner.synced.candidates(key));
-            for &wk in &cands {
+            for &(wk, exact) in &cands {
                 let Some(w) = inner.watchers.get_mut(&wk) else {
                     continue;
                 };
-                if w.min_rev > *r || !w.range.contains(key) {
+                // an exact-key candidate's range is this key: no compare
+                debug_assert!(!exact || w.range.contains(key));
+                if w.min_rev > *r || (!exact && !w.range.contains(key)) {
                     continue;
                 }
                 let Some(prev) = w.wants(ev) else { continue };

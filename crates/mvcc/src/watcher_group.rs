@@ -195,15 +195,16 @@ impl WatcherGroup {
         }
     }
 
-    /// Watchers whose range may contain `key`: the exact-key watchers and
-    /// every range watcher (the caller checks the range).
-    pub(crate) fn candidates<'a>(&'a self, key: &[u8]) -> impl Iterator<Item = WatcherKey> + 'a {
-        self.single
-            .get(key)
-            .into_iter()
-            .flatten()
-            .copied()
-            .chain(self.ranges.iter().copied())
+    /// Watchers whose range may contain `key`, each with whether it is
+    /// known to: the exact-key watchers (true: their range is `key`) and
+    /// every range watcher (false: the caller checks the range).
+    pub(crate) fn candidates<'a>(
+        &'a self,
+        key: &[u8],
+    ) -> impl Iterator<Item = (WatcherKey, bool)> + 'a {
+        (self.single.get(key).into_iter().flatten())
+            .map(|&wk| (wk, true))
+            .chain(self.ranges.iter().map(|&wk| (wk, false)))
     }
 
     pub(crate) fn clear(&mut self) {
@@ -242,9 +243,12 @@ mod tests {
         g.add((2, 0), &WatchRange::Single(b"b".to_vec()));
         let mut c: Vec<_> = g.candidates(b"a").collect();
         c.sort();
-        assert_eq!(c, vec![(1, 0), (1, 1)]);
+        assert_eq!(c, vec![((1, 0), true), ((1, 1), false)]);
         assert!(g.remove((1, 0), &WatchRange::Single(b"a".to_vec())));
         assert!(!g.remove((1, 0), &WatchRange::Single(b"a".to_vec())));
-        assert_eq!(g.candidates(b"a").collect::<Vec<_>>(), vec![(1, 1)]);
+        assert_eq!(
+            g.candidates(b"a").collect::<Vec<_>>(),
+            vec![((1, 1), false)]
+        );
     }
 }
