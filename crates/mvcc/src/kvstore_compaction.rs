@@ -304,6 +304,7 @@ struct Worker {
 }
 
 enum Outcome {
+    /// Every row deleted; `run` publishes the finish.
     Done,
     Stale,
     Stopped,
@@ -322,9 +323,11 @@ impl Worker {
                     Outcome::Stale
                 }
             };
-            if !matches!(outcome, Outcome::Done) {
-                // a finished job left the count when it was published
-                self.pending.fetch_sub(1, Ordering::SeqCst);
+            // off the count before its finish is published: whoever saw
+            // the finish sees the queue without it
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+            if matches!(outcome, Outcome::Done) {
+                self.finished.send_modify(|f| *f = (*f).max(rev));
             }
             if matches!(outcome, Outcome::Stopped) {
                 return;
@@ -470,10 +473,6 @@ impl Worker {
                 if let Some(o) = self.observer.read().as_ref() {
                     o.finished(job.rev, started.elapsed());
                 }
-                // no longer pending once it is published: whoever saw the
-                // finish sees the queue without it
-                self.pending.fetch_sub(1, Ordering::SeqCst);
-                self.finished.send_modify(|f| *f = (*f).max(job.rev));
                 tracing::info!(
                     compact_revision = job.rev,
                     deleted = deleted_total,

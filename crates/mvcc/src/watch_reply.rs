@@ -207,18 +207,7 @@ impl WatchReply {
 
 impl Message for WatchReply {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        if self.resp.cancel_reason.is_empty() {
-            encode_head(&self.resp, buf);
-        } else {
-            // prost writes the fields of these rare replies
-            WatchResponse {
-                events: Vec::new(),
-                header: self.resp.header,
-                cancel_reason: self.resp.cancel_reason.clone(),
-                ..self.resp
-            }
-            .encode_raw(buf);
-        }
+        encode_head(&self.resp, buf);
         for ev in &self.resp.events {
             prost::encoding::message::encode(EVENTS_FIELD, ev, buf);
         }
@@ -240,15 +229,10 @@ impl Message for WatchReply {
     }
 
     fn encoded_len(&self) -> usize {
-        let r = &self.resp;
-        let reason = match r.cancel_reason.len() {
-            0 => 0,
-            n => 1 + prost::encoding::encoded_len_varint(n as u64) + n,
-        };
-        let own: usize = (r.events.iter())
+        let own: usize = (self.resp.events.iter())
             .map(|ev| prost::encoding::message::encoded_len(EVENTS_FIELD, ev))
             .sum();
-        head_len(r) + reason + own + self.shared.iter().map(|s| s.len).sum::<usize>()
+        head_len(&self.resp) + own + self.shared.iter().map(|s| s.len).sum::<usize>()
     }
 
     fn clear(&mut self) {
@@ -261,9 +245,9 @@ impl Message for WatchReply {
 /// of ≤ 10 bytes with their tags.
 const MAX_HEADER: usize = 2 + 4 * 11;
 
-/// The largest [`encode_head`] output: the header, watch id and compact
-/// revision (≤ 11 bytes each), three booleans.
-const MAX_HEAD: usize = MAX_HEADER + 2 * 11 + 3 * 2;
+/// The largest part of [`encode_head`]'s output written at once: the
+/// header, watch id and compact revision (≤ 11 bytes each), two booleans.
+const MAX_HEAD: usize = MAX_HEADER + 2 * 11 + 2 * 2;
 
 thread_local! {
     /// The last header this thread encoded, and its bytes: the replies of
@@ -326,11 +310,11 @@ fn header_field(h: &ResponseHeader, out: &mut [u8]) -> usize {
     })
 }
 
-/// Writes every field of `r` before its events, but a cancel reason, as
-/// prost writes them, from a buffer on the stack. prost writes varints one
-/// `put_u8` at a time into the gRPC buffer and sizes the header twice:
-/// fanning events out to 1 000 watchers, that was a fifth of the server's
-/// instructions, for a header that is the same for every watcher.
+/// Writes every field of `r` before its events as prost writes them,
+/// from a buffer on the stack. prost writes varints one `put_u8` at a time
+/// into the gRPC buffer and sizes the header twice: fanning events out to
+/// 1 000 watchers, that was a fifth of the server's instructions, for a
+/// header that is the same for every watcher.
 fn encode_head(r: &WatchResponse, buf: &mut impl BufMut) {
     let mut out = [0u8; MAX_HEAD];
     let mut at = match &r.header {
@@ -341,11 +325,16 @@ fn encode_head(r: &WatchResponse, buf: &mut impl BufMut) {
     put_field(&mut out, &mut at, 3, u64::from(r.created));
     put_field(&mut out, &mut at, 4, u64::from(r.canceled));
     put_field(&mut out, &mut at, 5, r.compact_revision as u64);
-    put_field(&mut out, &mut at, 7, u64::from(r.fragment));
     buf.put_slice(&out[..at]);
+    if !r.cancel_reason.is_empty() {
+        prost::encoding::string::encode(6, &r.cancel_reason, buf);
+    }
+    if r.fragment {
+        buf.put_slice(&[7 << 3, 1]);
+    }
 }
 
-/// Encoded length of `r`'s fields other than its events and cancel reason.
+/// Encoded length of `r`'s fields other than its events.
 fn head_len(r: &WatchResponse) -> usize {
     let v = |x: u64| {
         if x == 0 {
@@ -357,11 +346,16 @@ fn head_len(r: &WatchResponse) -> usize {
     let header = r.header.as_ref().map_or(0, |h| {
         2 + v(h.cluster_id) + v(h.member_id) + v(h.revision as u64) + v(h.raft_term)
     });
+    let reason = match r.cancel_reason.len() {
+        0 => 0,
+        n => 1 + prost::encoding::encoded_len_varint(n as u64) + n,
+    };
     header
         + v(r.watch_id as u64)
         + v(u64::from(r.created))
         + v(u64::from(r.canceled))
         + v(r.compact_revision as u64)
+        + reason
         + v(u64::from(r.fragment))
 }
 
@@ -506,7 +500,7 @@ mod tests {
 
     /// The hand-written head encodes every combination of fields as prost
     /// does: defaults left out, negative numbers as ten-byte varints, a
-    /// header present but empty, a cancel reason (prost's path), decoded
+    /// header present but empty, a cancel reason, decoded
     /// events before shared ones.
     #[test]
     fn test_head_encodes_as_prost() {
