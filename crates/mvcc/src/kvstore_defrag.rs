@@ -198,19 +198,25 @@ mod tests {
         crate::kvstore_test::compact(&s, 2900).unwrap();
         let before = s.backend().size();
         let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(std::sync::Barrier::new(2));
         let writer = {
             let s = s.clone();
             let stop = stop.clone();
+            let started = started.clone();
             std::thread::spawn(move || {
-                let mut n = 0;
+                put(&s, "w0", b"v");
+                started.wait();
+                let mut n = 1;
                 while !stop.load(Ordering::Relaxed) {
                     put(&s, &format!("w{n}"), b"v");
                     n += 1;
                 }
-                // a compaction racing the defrag
                 n
             })
         };
+        // the writer is running when the defrag starts (on a busy machine
+        // it could otherwise not be scheduled before the defrag is over)
+        started.wait();
         let stats = s.defrag().unwrap();
         stop.store(true, Ordering::Relaxed);
         let writes = writer.join().unwrap();

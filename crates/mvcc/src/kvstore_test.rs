@@ -1090,12 +1090,18 @@ fn test_concurrent_read_not_blocking_write_and_compaction() {
     // Compacted for revisions below the compaction.
     let t = new_store();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // both readers are running before the writes start (on a busy machine
+    // they could otherwise not be scheduled before the writes are over)
+    let started = Arc::new(std::sync::Barrier::new(3));
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let readers: Vec<_> = (0..2)
         .map(|n| {
-            let (store, stop) = (t.store.clone(), stop.clone());
+            let (store, stop, started) = (t.store.clone(), stop.clone(), started.clone());
+            let done = done.clone();
             std::thread::spawn(move || {
                 let mut reads = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut first = true;
+                while first || !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let cur = store.current_revision();
                     let rev = if n == 0 { 0 } else { (cur - 3).max(1) };
                     match store.range(&RangeRequest {
@@ -1109,16 +1115,31 @@ fn test_concurrent_read_not_blocking_write_and_compaction() {
                                 .iter()
                                 .all(|kv| kv.mod_revision <= r.header.unwrap().revision));
                             reads += 1;
+                            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         Err(MvccError::Compacted) => assert!(rev != 0),
                         Err(e) => panic!("reader: {e}"),
+                    }
+                    // the first pass read the empty store; now the writes start
+                    if std::mem::take(&mut first) {
+                        started.wait();
                     }
                 }
                 reads
             })
         })
         .collect();
+    started.wait();
     for i in 0..300 {
+        if i == 150 {
+            // halfway, the readers have read while these writes ran
+            let at = done.load(std::sync::atomic::Ordering::Relaxed);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while done.load(std::sync::atomic::Ordering::Relaxed) < at + 4 {
+                assert!(std::time::Instant::now() < deadline, "the readers stalled");
+                std::thread::yield_now();
+            }
+        }
         let mut b = t.store.begin_batch().unwrap();
         b.put(&put_req(&format!("k{}", i % 5), &i.to_string()), &NoLeases)
             .unwrap();

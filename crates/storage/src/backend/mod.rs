@@ -182,6 +182,25 @@ struct InUse {
 /// short); readers with a [`ReadSnapshot`] keep it open themselves.
 const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Longest a dropped backend waits for its background measurement of the
+/// bytes in use (which holds the database open) to finish.
+const MEASURE_DROP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Drop for Backend {
+    /// Waits for a running measurement ([`Backend::size_in_use`]), so the
+    /// file is closed (and its lock released) once the last handle is
+    /// gone: reopening the path at once then succeeds. The walk is short
+    /// (milliseconds per 100k rows) and a server closes its backend with
+    /// [`Backend::close`] before dropping it, so this wait is only ever
+    /// on an in-memory placeholder there.
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + MEASURE_DROP_WAIT;
+        while self.in_use.measuring.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backend").field("path", &self.path).finish()
@@ -395,6 +414,8 @@ impl Backend {
                     }
                     st.took_ms
                         .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    // the file is closed before a dropped backend stops waiting
+                    drop(db);
                     st.measuring.store(false, Ordering::SeqCst);
                 });
             if spawned.is_err() {
@@ -549,6 +570,36 @@ mod tests {
             b.size() >= full,
             "the file's written bytes stay until a defrag"
         );
+    }
+
+    /// Dropping the last handle releases the file even while a background
+    /// measurement of the bytes in use is running: the next open of the
+    /// same path does not find it still open.
+    #[test]
+    fn test_drop_releases_the_file_while_measuring() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let b = Backend::open(&path).unwrap();
+            let txn = b.db().begin_write().unwrap();
+            {
+                let mut t = txn.open_table(KEY).unwrap();
+                for i in 0..20_000u64 {
+                    t.insert(i.to_be_bytes().as_slice(), [3u8; 100].as_slice())
+                        .unwrap();
+                }
+            }
+            commit_with(txn, CommitPolicy::Visible).unwrap();
+        }
+        for round in 0..20 {
+            let b = Backend::open(&path).unwrap();
+            b.in_use.at_ms.store(0, Ordering::Relaxed);
+            let _ = b.size_in_use();
+            drop(b);
+            if let Err(e) = Backend::open(&path) {
+                panic!("round {round}: reopening right after the drop: {e}");
+            }
+        }
     }
 
     #[test]
