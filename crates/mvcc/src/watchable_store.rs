@@ -200,6 +200,11 @@ struct Inner {
     /// whose puts read the value they replace only while it is not zero.
     /// Changed only under this lock, so `notify` sees it exact.
     prev_kv_watchers: Arc<AtomicUsize>,
+    /// `notify`'s working lists, kept between calls with their capacity: a
+    /// put fanned out to N watchers would otherwise grow them from empty,
+    /// copying them at every doubling, on each notify.
+    wanted_buf: Vec<(WatcherKey, Picks)>,
+    cands_buf: Vec<(WatcherKey, bool)>,
 }
 
 impl Inner {
@@ -410,13 +415,13 @@ impl WatchableStore {
         // Who wants what: per watcher (in order of its first event in the
         // batch) the events it gets, each as `2 * index + with_prev_kv`;
         // per event, which of its two encodings someone needs.
-        let mut wanted: Vec<(WatcherKey, Picks)> = Vec::new();
+        let mut wanted = std::mem::take(&mut inner.wanted_buf);
         // a watcher's entry in `wanted` is remembered in the watcher itself,
         // stamped with this call's number
         inner.notify_gen += 1;
         let gen = inner.notify_gen;
         let mut need = vec![[false; 2]; events.len()];
-        let mut cands: Vec<(WatcherKey, bool)> = Vec::new();
+        let mut cands = std::mem::take(&mut inner.cands_buf);
         for (i, (r, ev)) in events.iter().enumerate() {
             let key = ev.kv.as_ref().map(|kv| kv.key.as_ref()).unwrap_or_default();
             cands.clear();
@@ -443,6 +448,8 @@ impl WatchableStore {
                 need[i][usize::from(prev)] = true;
             }
         }
+        cands.clear();
+        inner.cands_buf = cands;
         let mut parked = false;
         if !wanted.is_empty() {
             // each needed encoding of each event, once
@@ -462,9 +469,33 @@ impl WatchableStore {
                 })
                 .collect();
             let enc = Arc::new(enc);
+            // each watcher's stream group, and each group's lists sized to
+            // its watchers up front (mostly one reply per watcher)
             let mut groups: Vec<StreamReplies> = Vec::new();
             let mut group_of: HashMap<u64, usize> = HashMap::default();
-            for (wk, mut picks) in wanted {
+            let group_at: Vec<usize> = wanted
+                .iter()
+                .map(|(wk, _)| {
+                    let g = *group_of.entry(wk.0).or_insert_with(|| {
+                        groups.push(StreamReplies {
+                            stream: wk.0,
+                            replies: Vec::new(),
+                            members: Vec::new(),
+                        });
+                        groups.len() - 1
+                    });
+                    g
+                })
+                .collect();
+            let mut sizes = vec![0usize; groups.len()];
+            for &g in &group_at {
+                sizes[g] += 1;
+            }
+            for (group, n) in groups.iter_mut().zip(sizes) {
+                group.replies.reserve_exact(n);
+                group.members.reserve_exact(n);
+            }
+            for ((wk, mut picks), g) in wanted.drain(..).zip(group_at) {
                 // one response per watcher, cut at a revision boundary
                 // when it would pass MERGE_LIMIT_BYTES (never inside one):
                 // `cuts` holds (end, last revision) of each response
@@ -484,14 +515,6 @@ impl WatchableStore {
                     last = r;
                 }
                 cuts.push((picks.len(), last));
-                let g = *group_of.entry(wk.0).or_insert_with(|| {
-                    groups.push(StreamReplies {
-                        stream: wk.0,
-                        replies: Vec::new(),
-                        members: Vec::new(),
-                    });
-                    groups.len() - 1
-                });
                 let group = &mut groups[g];
                 group.members.push((wk, cuts.len(), last + 1));
                 if let [(_, rev)] = cuts[..] {
@@ -529,6 +552,8 @@ impl WatchableStore {
                 }
             }
         }
+        debug_assert!(wanted.is_empty());
+        inner.wanted_buf = wanted;
         inner.rev = inner.rev.max(rev);
         drop(guard);
         if parked {

@@ -6,8 +6,9 @@
 //! `WatchResponse` message; clients see no difference.
 //!
 //! Otherwise this is what tonic generates for a bidirectional streaming
-//! method: the prost codec (a `WatchReply` is a `prost::Message`), message
-//! size limits, and UNIMPLEMENTED for any other path under the service.
+//! method: prost's encoding (a `WatchReply` is a `prost::Message`, written
+//! by [`WatchCodec`]), message size limits, and UNIMPLEMENTED for any other
+//! path under the service.
 
 use super::watch::{ResponseStream, WatchService};
 use retcd_api::etcdserverpb::WatchRequest;
@@ -78,9 +79,56 @@ where
             self.max_encoding_message_size,
         );
         Box::pin(async move {
-            let codec = tonic_prost::ProstCodec::<WatchReply, WatchRequest>::default();
+            let codec = WatchCodec;
             let mut grpc = Grpc::new(codec).apply_max_message_size_config(Some(dec), Some(enc));
             Ok(grpc.streaming(method, req).await)
         })
+    }
+}
+
+/// The Watch method's codec: prost's decoder for requests; a reply is
+/// written straight into tonic's buffer, without prost's `encode`, which
+/// first sizes the whole message (`encoded_len`) only to check that a
+/// growable buffer has room: 6 % of the server's instructions in a fan-out
+/// to 1 000 watchers (callgrind). Reserving that size up front instead cost
+/// the same and saved nothing, nor did larger buffers (tonic's are fine).
+#[derive(Debug, Clone, Copy, Default)]
+struct WatchCodec;
+
+impl tonic::codec::Codec for WatchCodec {
+    type Encode = WatchReply;
+    type Decode = WatchRequest;
+    type Encoder = WatchEncoder;
+    type Decoder = tonic_prost::ProstDecoder<WatchRequest>;
+
+    fn encoder(&mut self) -> WatchEncoder {
+        WatchEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::new(tonic::codec::BufferSettings::default())
+    }
+}
+
+/// See [`WatchCodec`].
+#[derive(Debug, Clone, Copy)]
+struct WatchEncoder;
+
+impl tonic::codec::Encoder for WatchEncoder {
+    type Item = WatchReply;
+    type Error = Status;
+
+    fn encode(
+        &mut self,
+        item: WatchReply,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), Status> {
+        // tonic checks the size limit on the written bytes afterwards
+        prost::Message::encode_raw(&item, buf);
+        Ok(())
+    }
+
+    fn buffer_settings(&self) -> tonic::codec::BufferSettings {
+        tonic::codec::BufferSettings::default()
     }
 }
