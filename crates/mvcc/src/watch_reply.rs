@@ -181,6 +181,21 @@ impl WatchReply {
         None
     }
 
+    /// At least [`Message::encoded_len`], computed without walking the
+    /// fields: the largest head plus the events' sizes (shared ones are
+    /// known; decoded ones, rare, are measured).
+    pub fn encoded_len_bound(&self) -> usize {
+        let reason = self.resp.cancel_reason.len();
+        let own: usize = if self.resp.events.is_empty() {
+            0
+        } else {
+            (self.resp.events.iter())
+                .map(|ev| prost::encoding::message::encoded_len(EVENTS_FIELD, ev))
+                .sum()
+        };
+        MAX_HEAD + 2 + 11 + reason + own + self.shared.iter().map(|s| s.len).sum::<usize>()
+    }
+
     /// Number of events, decoded and shared.
     pub fn event_count(&self) -> usize {
         self.resp.events.len() + self.shared.iter().map(|s| s.picks.len()).sum::<usize>()
@@ -555,6 +570,7 @@ mod tests {
                 let bytes = reply.encode_to_vec();
                 assert_eq!(bytes, plain.encode_to_vec(), "{plain:?}");
                 assert_eq!(reply.encoded_len(), bytes.len(), "{plain:?}");
+                assert!(reply.encoded_len_bound() >= bytes.len(), "{plain:?}");
                 assert_eq!(WatchResponse::decode(&bytes[..]).unwrap(), plain);
                 seen += 1;
             }

@@ -34,7 +34,7 @@
 //! last holder, removing its watchers.
 
 use crate::server::EtcdServer;
-use futures::{ready, Stream};
+use futures::ready;
 use parking_lot::Mutex;
 use prost::Message as _;
 use retcd_api::etcdserverpb::watch_create_request::FilterType;
@@ -43,7 +43,6 @@ use retcd_api::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, 
 use retcd_mvcc::{SinkError, WatchOptions, WatchRange, WatchReply, WatchSink, WatchStream};
 use std::collections::HashSet;
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -381,13 +380,18 @@ impl ResponseStream {
     }
 }
 
-impl Stream for ResponseStream {
-    type Item = Result<WatchReply, Status>;
+impl ResponseStream {
+    /// Replies taken from the channel and not yet handed out.
+    pub(crate) fn replies_waiting(&self) -> usize {
+        self.incoming.len() + self.split.len()
+    }
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
+    /// The next reply to send, its header filled in (the fragments of a
+    /// split reply first); `None` once the stream's channel is closed.
+    pub(crate) fn poll_reply(&mut self, cx: &mut Context<'_>) -> Poll<Option<WatchReply>> {
+        let this = self;
         if let Some(p) = this.split.pop_front() {
-            return Poll::Ready(Some(Ok(p)));
+            return Poll::Ready(Some(p));
         }
         let mut r = loop {
             if let Some(r) = this.incoming.next() {
@@ -436,10 +440,9 @@ impl Stream for ResponseStream {
                 .into_iter()
                 .map(WatchReply::from)
                 .collect();
-            let first = this.split.pop_front();
-            return Poll::Ready(first.map(Ok));
+            return Poll::Ready(this.split.pop_front());
         }
-        Poll::Ready(Some(Ok(r)))
+        Poll::Ready(Some(r))
     }
 }
 
