@@ -106,31 +106,25 @@ mod tests {
     /// child process trying the same lock file finds it held.
     #[test]
     fn a_given_port_is_locked_for_other_processes() {
-        let port = free_port();
-        let path = std::env::temp_dir()
-            .join("retcd-ports")
-            .join(port.to_string());
+        // flock(1) from util-linux, non-blocking: exit 7 when held elsewhere
+        let flock_exit = |path: &std::path::Path| {
+            std::process::Command::new("flock")
+                .args(["-n", "-E", "7"])
+                .arg(path)
+                .arg("true")
+                .status()
+                .expect("run flock")
+                .code()
+        };
+        let dir = std::env::temp_dir().join("retcd-ports");
+        let path = dir.join(free_port().to_string());
         assert!(path.exists(), "{path:?}");
-        // flock(1) from util-linux, non-blocking: exit 1 when held elsewhere
-        let held = std::process::Command::new("flock")
-            .args(["-n", "-E", "7"])
-            .arg(&path)
-            .arg("true")
-            .status()
-            .expect("run flock");
-        assert_eq!(held.code(), Some(7), "another process got {path:?}");
+        assert_eq!(flock_exit(&path), Some(7), "another process got {path:?}");
         // a path nobody holds is free for it
-        let other = std::env::temp_dir()
-            .join("retcd-ports")
-            .join(format!("unused-{}", std::process::id()));
+        let other = dir.join(format!("unused-{}", std::process::id()));
         std::fs::write(&other, b"").unwrap();
-        let free = std::process::Command::new("flock")
-            .args(["-n", "-E", "7"])
-            .arg(&other)
-            .arg("true")
-            .status()
-            .expect("run flock");
+        let free = flock_exit(&other);
         std::fs::remove_file(&other).ok();
-        assert_eq!(free.code(), Some(0));
+        assert_eq!(free, Some(0));
     }
 }

@@ -473,6 +473,8 @@ impl WatchableStore {
             // its watchers up front (mostly one reply per watcher)
             let mut groups: Vec<StreamReplies> = Vec::new();
             let mut group_of: HashMap<u64, usize> = HashMap::default();
+            // watchers per group
+            let mut sizes: Vec<usize> = Vec::new();
             let group_at: Vec<usize> = wanted
                 .iter()
                 .map(|(wk, _)| {
@@ -482,15 +484,13 @@ impl WatchableStore {
                             replies: Vec::new(),
                             members: Vec::new(),
                         });
+                        sizes.push(0);
                         groups.len() - 1
                     });
+                    sizes[g] += 1;
                     g
                 })
                 .collect();
-            let mut sizes = vec![0usize; groups.len()];
-            for &g in &group_at {
-                sizes[g] += 1;
-            }
             for (group, n) in groups.iter_mut().zip(sizes) {
                 group.replies.reserve_exact(n);
                 group.members.reserve_exact(n);

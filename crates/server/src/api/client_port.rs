@@ -166,6 +166,9 @@ async fn dispatch(front: &Front, grpc: Grpc, req: Request<Body>) -> Response<Bod
 /// * as etcd's cmux: only `application/grpc` requests reach the gRPC
 ///   server; anything else under a gRPC service's path is answered as
 ///   etcd's HTTP handler answers a path it does not serve;
+/// * a compressed request (`grpc-encoding` other than `identity`) gets
+///   etcd's UNIMPLEMENTED "grpc: Decompressor is not installed …" (etcd
+///   registers no decompressor), on every method alike;
 /// * etcd's learner rule (`v3rpc/interceptor.go`, `isRPCSupportedForLearner`):
 ///   a learner answers only the unary `Maintenance/Status` and serializable
 ///   `KV/Range`, and the one stream `Maintenance/Snapshot` (etcd 3.5.0+,
@@ -184,6 +187,9 @@ fn guard(server: &EtcdServer, req: &mut Request<Body>) -> Option<Response<Body>>
     }
     if !gateway::is_grpc(req.headers()) {
         return Some(gateway::not_served(req.method(), req.uri().path()).map(Body::new));
+    }
+    if let Err(status) = super::grpc::framing::refuse_compressed(req.headers()) {
+        return Some(status.into_http::<Body>());
     }
     let allowed = matches!(
         req.uri().path(),

@@ -12,9 +12,10 @@
 //! `RangeResponse`. Any other Range is built whole and sent as tonic would.
 //!
 //! Request decoding is tonic's (`Streaming`, the same message size limit);
-//! compressed requests are refused as the generated server refuses them
-//! (none is enabled).
+//! compressed requests never get here (the client port refuses them, as
+//! etcd does).
 
+use super::framing::{message_prefix, set_grpc_content_type, trailers};
 use super::kv::KvService;
 use crate::api::credentials;
 use crate::server::{EtcdServer, RangeReply};
@@ -104,19 +105,6 @@ where
     B: Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
-    if let Some(enc) = req.headers().get("grpc-encoding") {
-        if enc.as_bytes() != b"identity" {
-            let mut status = Status::unimplemented(format!(
-                "Content is compressed with `{}` which isn't supported",
-                String::from_utf8_lossy(enc.as_bytes())
-            ));
-            status.metadata_mut().insert(
-                "grpc-accept-encoding",
-                tonic::metadata::MetadataValue::from_static("identity"),
-            );
-            return Err(status);
-        }
-    }
     let (parts, body) = req.into_parts();
     let decoder = tonic_prost::ProstDecoder::<RangeRequest>::default();
     let mut stream = Streaming::new_request(decoder, body, None, Some(max_decoding));
@@ -186,23 +174,8 @@ where
         }
     };
     let mut resp = http::Response::new(tonic::body::Body::new(body));
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/grpc"),
-    );
+    set_grpc_content_type(&mut resp);
     Ok(resp)
-}
-
-/// A gRPC message's 5-byte prefix: not compressed, its length.
-fn message_prefix(len: usize) -> Result<[u8; 5], Status> {
-    let n = u32::try_from(len).map_err(|_| {
-        Status::resource_exhausted(format!(
-            "grpc: trying to send message larger than max ({len} vs. {})",
-            u32::MAX
-        ))
-    })?;
-    let b = n.to_be_bytes();
-    Ok([0, b[0], b[1], b[2], b[3]])
 }
 
 /// A Range response body: the first bytes, then the pieces the reading
@@ -227,11 +200,7 @@ impl RangeBody {
 
     fn trailers(&mut self, status: Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         self.trailers = false;
-        let mut t = http::HeaderMap::new();
-        if let Err(e) = status.add_header(&mut t) {
-            return Poll::Ready(Some(Err(e)));
-        }
-        Poll::Ready(Some(Ok(Frame::trailers(t))))
+        Poll::Ready(Some(trailers(&status).map(Frame::trailers)))
     }
 }
 

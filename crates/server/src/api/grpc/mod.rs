@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cluster;
 pub mod concurrency;
 pub mod election;
+pub(crate) mod framing;
 pub mod kv;
 pub mod kv_server;
 pub mod lease;

@@ -16,6 +16,7 @@
 //! size limits and UNIMPLEMENTED for any other path under the service are
 //! as generated.
 
+use super::framing::{message_prefix, set_grpc_content_type, trailers};
 use super::watch::{ResponseStream, WatchService};
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::Frame;
@@ -80,8 +81,8 @@ where
 }
 
 /// One Watch call: the request stream decoded as tonic's `Grpc::streaming`
-/// decodes it (no compression is enabled, so only `identity` is accepted,
-/// with tonic's answer otherwise), the replies sent by a [`WatchBody`].
+/// decodes it (compressed requests never get here: the client port refuses
+/// them), the replies sent by a [`WatchBody`].
 fn serve<B>(
     svc: &WatchService,
     req: http::Request<B>,
@@ -92,19 +93,6 @@ where
     B: Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
-    if let Some(enc) = req.headers().get("grpc-encoding") {
-        if enc.as_bytes() != b"identity" {
-            let mut status = Status::unimplemented(format!(
-                "Content is compressed with `{}` which isn't supported",
-                String::from_utf8_lossy(enc.as_bytes())
-            ));
-            status.metadata_mut().insert(
-                "grpc-accept-encoding",
-                tonic::metadata::MetadataValue::from_static("identity"),
-            );
-            return status.into_http();
-        }
-    }
     let req = req.map(|body| {
         Streaming::new_request(
             tonic_prost::ProstDecoder::<WatchRequest>::new(tonic::codec::BufferSettings::default()),
@@ -129,20 +117,10 @@ where
             *res.version_mut() = http::Version::HTTP_2;
             *res.headers_mut() = metadata.into_headers();
             *res.extensions_mut() = extensions;
-            res.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/grpc"),
-            );
+            set_grpc_content_type(&mut res);
             res
         }
     }
-}
-
-/// The trailers that end a call with `status`.
-fn trailers(status: &Status) -> Result<http::HeaderMap, Status> {
-    let mut h = http::HeaderMap::with_capacity(3);
-    status.add_header(&mut h)?;
-    Ok(h)
 }
 
 /// A chunk is handed to the connection once it holds this much (as tonic).
@@ -232,16 +210,24 @@ impl http_body::Body for WatchBody {
             this.buf.put_slice(&[0; PREFIX]);
             reply.encode_raw(&mut this.buf);
             let len = this.buf.len() - at - PREFIX;
-            if len > this.max_message.min(u32::MAX as usize) {
-                // what tonic's encoder answers; the replies before it go out
-                this.buf.truncate(at);
-                this.end = Some(Status::out_of_range(format!(
+            let prefix = if len > this.max_message {
+                // what tonic's encoder answers
+                Err(Status::out_of_range(format!(
                     "Error, encoded message length too large: found {len} bytes, the limit is: {} bytes",
                     this.max_message
-                )));
-                break;
+                )))
+            } else {
+                message_prefix(len)
+            };
+            match prefix {
+                Ok(p) => this.buf[at..at + PREFIX].copy_from_slice(&p),
+                Err(status) => {
+                    // the replies before it still go out
+                    this.buf.truncate(at);
+                    this.end = Some(status);
+                    break;
+                }
             }
-            this.buf[at + 1..at + PREFIX].copy_from_slice(&(len as u32).to_be_bytes());
             if this.buf.len() >= YIELD_BYTES {
                 break;
             }

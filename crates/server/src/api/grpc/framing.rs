@@ -1,0 +1,47 @@
+//! gRPC framing for the routes that write their own response bodies
+//! (`kv_server`'s Range, `watch_server`): what tonic's generated server
+//! does around a body, shared by both; and the client port's refusal of
+//! compressed requests.
+
+use tonic::codegen::http;
+use tonic::Status;
+
+/// Refuses a compressed request as etcd (grpc-go without decompressors)
+/// does, before any service sees it: `identity` (or no `grpc-encoding`)
+/// passes; anything else is UNIMPLEMENTED.
+pub(crate) fn refuse_compressed(headers: &http::HeaderMap) -> Result<(), Status> {
+    match headers.get("grpc-encoding") {
+        Some(enc) if enc.as_bytes() != b"identity" => Err(Status::unimplemented(format!(
+            "grpc: Decompressor is not installed for grpc-encoding \"{}\"",
+            String::from_utf8_lossy(enc.as_bytes())
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A gRPC message's 5-byte prefix: not compressed, its length.
+pub(super) fn message_prefix(len: usize) -> Result<[u8; 5], Status> {
+    let n = u32::try_from(len).map_err(|_| {
+        Status::resource_exhausted(format!(
+            "grpc: trying to send message larger than max ({len} vs. {})",
+            u32::MAX
+        ))
+    })?;
+    let b = n.to_be_bytes();
+    Ok([0, b[0], b[1], b[2], b[3]])
+}
+
+/// The trailers that end a call with `status`.
+pub(super) fn trailers(status: &Status) -> Result<http::HeaderMap, Status> {
+    let mut h = http::HeaderMap::with_capacity(3);
+    status.add_header(&mut h)?;
+    Ok(h)
+}
+
+/// Marks a response as gRPC (`content-type: application/grpc`).
+pub(super) fn set_grpc_content_type<B>(resp: &mut http::Response<B>) {
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+}
