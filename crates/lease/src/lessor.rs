@@ -318,7 +318,11 @@ impl Lessor {
             }
         }
         inner.expiries.unregister(id);
-        batch.backend_txn().open_table(LEASES)?.remove(id)?;
+        batch
+            .backend_txn()
+            .map_err(|e| LeaseError::Backend(e.to_string()))?
+            .open_table(LEASES)?
+            .remove(id)?;
         Ok(())
     }
 

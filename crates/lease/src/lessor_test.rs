@@ -44,7 +44,7 @@ const S: Duration = Duration::from_secs(1);
 impl Env {
     fn grant(&self, id: i64, ttl: i64) -> Result<i64, LeaseError> {
         let b = self.kv.begin_batch().unwrap();
-        let r = self.le.grant(b.backend_txn(), id, ttl);
+        let r = self.le.grant(b.backend_txn().unwrap(), id, ttl);
         b.commit(false).unwrap();
         r
     }
@@ -327,7 +327,7 @@ fn test_lessor_checkpoint() {
     assert_eq!(cps.len(), 1);
     assert_eq!((cps[0].id, cps[0].remaining_ttl), (1, 90));
     let b = e.kv.begin_batch().unwrap();
-    e.le.checkpoint(b.backend_txn(), 1, 90).unwrap();
+    e.le.checkpoint(b.backend_txn().unwrap(), 1, 90).unwrap();
     b.commit(false).unwrap();
     // a restarted (or newly elected) lessor resumes from the checkpoint
     let le2 = Lessor::new(LessorConfig::default(), e.clock.clone());

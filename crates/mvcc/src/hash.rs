@@ -1,9 +1,6 @@
 //! Store hashes for consistency checks (`HashKV`), as etcd computes them:
 //! CRC-32 with the Castagnoli polynomial over the `key` table.
 
-use redb::ReadableTable;
-use retcd_storage::backend::KEY;
-
 use crate::kvstore::KvStore;
 use crate::revision::Revision;
 use crate::MvccError;
@@ -76,35 +73,32 @@ impl KvStore {
         let lower = Revision::new(p.compact_rev + 1, 0);
         let mut h = Crc32c::new();
         h.update(b"key");
-        let table = p.snapshot.open_table(KEY)?;
-        for entry in table.iter()? {
-            let (k, v) = entry?;
-            let (kr, _) = Revision::parse(k.value()).ok_or_else(|| {
-                MvccError::Backend(format!("invalid revision key {:?}", k.value()))
-            })?;
+        p.rows_at().open()?.for_each(0, at, |k, v| {
+            let (kr, _) = Revision::parse(k)
+                .ok_or_else(|| MvccError::Backend(format!("invalid revision key {k:?}")))?;
             if kr >= upper {
-                break;
+                return Ok(false);
             }
             if kr < lower && !keep.contains(&kr) {
-                continue;
+                return Ok(true);
             }
-            h.update(k.value());
-            h.update(v.value());
-        }
+            h.update(k);
+            h.update(v);
+            Ok(true)
+        })?;
         Ok((h.sum(), p.compact_rev, at))
     }
 
     /// Hash of every entry of the `key` table (committed state).
     pub fn hash(&self) -> Result<u32, MvccError> {
-        let snapshot = self.published.read().snapshot.clone();
-        let table = snapshot.open_table(KEY)?;
+        let at = self.published.read().rows_at();
         let mut h = Crc32c::new();
         h.update(b"key");
-        for entry in table.iter()? {
-            let (k, v) = entry?;
-            h.update(k.value());
-            h.update(v.value());
-        }
+        at.open()?.for_each(0, at.rev, |k, v| {
+            h.update(k);
+            h.update(v);
+            Ok(true)
+        })?;
         Ok(h.sum())
     }
 }

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
+use redb::{ReadTransaction, ReadableTable};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse};
 use retcd_storage::backend::{
     commit_with, Backend, CommitPolicy, ReadSnapshot, ALARM, AUTH, KEY, LEASES, MEMBERS, META,
@@ -59,6 +59,7 @@ use retcd_storage::backend::{
 use crate::index::TreeIndex;
 use crate::kvstore_compaction::{CompactionConfig, CompactionMark, Compactor, CompactorCtx, Job};
 use crate::kvstore_txn::WriteBatch;
+use crate::memtable::{self, MemRows, RowSource, RowsAt, Writer};
 use crate::range;
 use crate::revision::Revision;
 use crate::MvccError;
@@ -83,8 +84,37 @@ pub(crate) struct Published {
     pub(crate) consistent_index: u64,
     pub(crate) term: u64,
     pub(crate) snapshot: Arc<ReadSnapshot>,
+    /// Rows being written to redb in the background (see `memtable`).
+    pub(crate) frozen: Option<Arc<MemRows>>,
+    /// Committed rows not yet in `snapshot` (see `memtable`).
+    pub(crate) mem: Arc<MemRows>,
+    /// Rows at or below this main revision are in `snapshot`, those above
+    /// it in `mem`.
+    pub(crate) flushed_rev: i64,
     /// The compactor's progress as of `snapshot` (for online defrag).
     pub(crate) compaction_mark: CompactionMark,
+}
+
+impl Published {
+    /// The view's `key` table rows (see `memtable`).
+    pub(crate) fn rows_at(&self) -> RowsAt {
+        RowsAt {
+            snapshot: self.snapshot.clone(),
+            frozen: self.frozen.clone(),
+            mem: self.mem.clone(),
+            flushed_rev: self.flushed_rev,
+            rev: self.rev,
+        }
+    }
+
+    /// The memtables not in `snapshot`, in revision order.
+    pub(crate) fn mems(&self) -> Vec<&MemRows> {
+        self.frozen
+            .iter()
+            .map(|f| &**f)
+            .chain([&*self.mem])
+            .collect()
+    }
 }
 
 /// What [`load`] reads back from the backend.
@@ -115,6 +145,8 @@ pub struct KvStore {
     pub(crate) defrag_lock: Mutex<()>,
     /// Deletes compacted revisions in the background.
     pub(crate) compactor: Compactor,
+    /// Writes the memtable to redb in the background.
+    pub(crate) writer: Arc<Writer>,
     /// Watchers that asked for `prev_kv` (kept by the watchable store):
     /// while there are none, an overwriting put does not read the value
     /// it replaces.
@@ -265,11 +297,16 @@ impl KvStore {
             consistent_index: l.consistent_index,
             term: l.term,
             snapshot: Arc::new(snapshot),
+            frozen: None,
+            mem: Arc::default(),
+            flushed_rev: l.rev,
             compaction_mark: CompactionMark::default(),
         }));
+        let writer = Arc::new(Writer::new(backend.clone(), published.clone()));
         let compactor = Compactor::new(
             cfg,
             CompactorCtx {
+                writer: writer.clone(),
                 backend: backend.clone(),
                 batch_lock: batch_lock.clone(),
                 index: index.clone(),
@@ -286,6 +323,7 @@ impl KvStore {
             index,
             published,
             compactor,
+            writer,
             prev_kv_watchers: Arc::default(),
             max_response_bytes: AtomicUsize::new(usize::MAX),
         };
@@ -321,16 +359,15 @@ impl KvStore {
         with_count: bool,
         max_bytes: usize,
     ) -> Result<RangeResponse, MvccError> {
-        let (plan, snapshot) = {
+        let (plan, at) = {
             let index = self.index.read();
-            let p = self.published.read().clone();
+            let p = self.published.read();
             (
                 range::plan(&index, req, p.rev, p.compact_rev, with_count, false)?,
-                p.snapshot,
+                p.rows_at(),
             )
         };
-        let table = snapshot.open_table(KEY)?;
-        range::fetch(&table, req, plan, max_bytes)
+        range::fetch(&at.open()?, req, plan, max_bytes)
     }
 
     /// A plain Range ([`range::is_plain_range`]) answered as its stored
@@ -345,15 +382,15 @@ impl KvStore {
         read_once: usize,
     ) -> Result<range::EncodedRange, MvccError> {
         debug_assert!(range::is_plain_range(req));
-        let (plan, snapshot) = {
+        let (plan, at) = {
             let index = self.index.read();
-            let p = self.published.read().clone();
+            let p = self.published.read();
             (
                 range::plan(&index, req, p.rev, p.compact_rev, true, true)?,
-                p.snapshot,
+                p.rows_at(),
             )
         };
-        range::EncodedRange::new(snapshot, req, plan, self.max_response_bytes(), read_once)
+        range::EncodedRange::new(at, req, plan, self.max_response_bytes(), read_once)
     }
 
     /// Every live key with a lease, and its lease, at the current
@@ -361,16 +398,16 @@ impl KvStore {
     /// without its value, so a store of large values is not copied into
     /// memory for it.
     pub fn leased_keys(&self) -> Result<Vec<(Vec<u8>, i64)>, MvccError> {
-        let (revs, snapshot) = {
+        let (revs, at) = {
             let index = self.index.read();
-            let p = self.published.read().clone();
+            let p = self.published.read();
             let range = crate::index::KeyRange::From(&[]);
-            (index.revisions(range, p.rev), p.snapshot)
+            (index.revisions(range, p.rev), p.rows_at())
         };
-        let table = snapshot.open_table(KEY)?;
+        let rows = at.open()?;
         let mut out = Vec::new();
         for rev in revs {
-            let row = range::read_row(&table, rev)?;
+            let row = rows.row(rev)?;
             let kv = range::decode_row_head(row.value(), rev)?;
             if kv.lease != 0 {
                 out.push((kv.key.to_vec(), kv.lease));
@@ -470,8 +507,28 @@ impl KvStore {
 
     /// Number of revisions (puts and tombstones) in the `key` table.
     pub fn revision_count(&self) -> Result<u64, MvccError> {
-        let snapshot = self.published.read().snapshot.clone();
-        Ok(snapshot.open_table(KEY)?.len()?)
+        let at = self.published.read().rows_at();
+        at.open()?.len()
+    }
+
+    /// Makes every applied change durable in the background: the rows in
+    /// memory and the consistent index are written to redb and fsynced on
+    /// the writer thread while batches go on (see `memtable`). Returns
+    /// false, doing nothing, while the previous such write-out runs; an
+    /// error if the previous one failed. Blocks while a batch is open.
+    pub fn write_out_background(&self) -> Result<bool, MvccError> {
+        let _guard = self.batch_lock.lock();
+        self.writer.start()
+    }
+
+    /// Waits for a background write-out to finish.
+    pub fn wait_written(&self) -> Result<(), MvccError> {
+        self.writer.wait_idle()
+    }
+
+    /// Sends each background write-out's duration to `o` (metrics).
+    pub fn set_write_out_observer(&self, o: memtable::WriteOutObserver) {
+        self.writer.set_observer(o);
     }
 
     /// Starts the write batch. Blocks while another batch is open.
@@ -487,11 +544,9 @@ impl KvStore {
         compactions: &[i64],
         update: impl FnOnce(&mut Published),
     ) -> Result<(), MvccError> {
-        let snapshot = Arc::new(self.backend.begin_read()?);
         let index = self.index.write();
         let mut p = self.published.write();
         update(&mut p);
-        p.snapshot = snapshot;
         drop(p);
         drop(index);
         // The index is compacted by the compactor, in chunks: once the
@@ -512,6 +567,10 @@ impl KvStore {
     /// Replaces the index with the one in the published snapshot (after an
     /// aborted batch).
     pub(crate) fn reload_index(&self) {
+        // the committed rows in memory first: the index is rebuilt from redb
+        if let Err(e) = memtable::flush(&self.backend, &self.published, &self.writer, false) {
+            panic!("mvcc: cannot write the memtable after an aborted batch: {e}");
+        }
         let snapshot = self.published.read().snapshot.clone();
         match load(&snapshot) {
             Ok(l) => *self.index.write() = l.index,
@@ -559,6 +618,7 @@ impl KvStore {
     ) -> Result<(), MvccError> {
         const BATCH_BYTES: usize = 64 << 20;
         let _guard = self.batch_lock.lock();
+        self.writer.wait_idle()?;
         let mut batch: Vec<(u8, Vec<u8>, Vec<u8>)> = Vec::new();
         let mut bytes = 0usize;
         let mut first = true;
@@ -644,6 +704,9 @@ impl KvStore {
             consistent_index: l.consistent_index,
             term: l.term,
             snapshot,
+            frozen: None,
+            mem: Arc::default(),
+            flushed_rev: l.rev,
             compaction_mark: mark,
         };
         drop(index);
@@ -675,6 +738,8 @@ impl KvStore {
             return Ok(false);
         };
         let _batch = self.batch_lock.lock();
+        memtable::flush(&self.backend, &self.published, &self.writer, true)?;
+        self.writer.stop();
         let closed = self.backend.close(wait, || {
             // the published snapshot would keep the file's database open
             if let Ok(s) = self.backend.begin_read() {
@@ -690,6 +755,20 @@ impl Drop for KvStore {
         // The compactor finishes its current batch and stops; what is left
         // resumes at the next open.
         self.compactor.shutdown();
+        // Committed rows still in memory go to the file (durably: a store
+        // dropped without `close` is reopened by tests and tools). The
+        // server's last durable commit has already written them.
+        let _batch = self.batch_lock.lock();
+        let unwritten = {
+            let p = self.published.read();
+            !p.mem.is_empty() || p.frozen.is_some()
+        };
+        if unwritten {
+            if let Err(e) = memtable::flush(&self.backend, &self.published, &self.writer, true) {
+                tracing::warn!(error = %e, "mvcc: cannot write the memtable at drop");
+            }
+        }
+        self.writer.stop();
     }
 }
 

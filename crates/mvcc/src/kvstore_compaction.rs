@@ -195,6 +195,7 @@ impl Stop {
 /// store itself, so dropping the store stops the thread).
 #[derive(Clone)]
 pub(crate) struct CompactorCtx {
+    pub(crate) writer: Arc<crate::memtable::Writer>,
     pub(crate) backend: Arc<Backend>,
     pub(crate) batch_lock: Arc<Mutex<()>>,
     pub(crate) index: Arc<RwLock<crate::index::TreeIndex>>,
@@ -387,6 +388,10 @@ impl Worker {
                 eprintln!("retcd: failpoint mvcc_compact: crashing (abort)");
                 std::process::abort()
             });
+            // A running write-out is waited for before the batch lock, so
+            // the raft thread's applies do not wait for it too (one that
+            // starts in between is waited for below, under the lock).
+            self.ctx.writer.wait_idle()?;
             let (done, deleted, pause) = {
                 let _guard = self.ctx.batch_lock.lock();
                 let t = Instant::now();
@@ -396,6 +401,18 @@ impl Worker {
                         "mvcc: compaction abandoned: the store was replaced by a snapshot"
                     );
                     return Ok(Outcome::Stale);
+                }
+                // Rows to delete must be in redb, not in the memtable (the
+                // batch that applied the compaction wrote it out already:
+                // it wrote the compaction's mark).
+                self.ctx.writer.wait_idle()?;
+                if self.ctx.published.read().flushed_rev < job.rev {
+                    crate::memtable::flush(
+                        &self.ctx.backend,
+                        &self.ctx.published,
+                        &self.ctx.writer,
+                        false,
+                    )?;
                 }
                 let txn = self.ctx.backend.db().begin_write()?;
                 let mut scanned = 0usize;
@@ -506,7 +523,7 @@ impl WriteBatch<'_> {
             return Err(MvccError::FutureRev);
         }
         {
-            let mut meta = self.wtxn().open_table(META)?;
+            let mut meta = self.wtxn()?.open_table(META)?;
             let rbytes = Revision::new(rev, 0).to_bytes();
             meta.insert(SCHEDULED_COMPACT_KEY, rbytes.as_slice())?;
         }

@@ -58,8 +58,10 @@ pub struct DefragStats {
 
 fn catch_up(target: &DefragTarget, from: &Published, to: &Published) -> Result<u64, MvccError> {
     let mut n = 0;
-    if to.rev > from.rev {
-        let start = Revision::new(from.rev + 1, 0).to_bytes();
+    // `from`'s file holds its rows up to `flushed_rev` (the rest were in
+    // its memtable, and may be in `to`'s file now)
+    if to.flushed_rev > from.flushed_rev {
+        let start = Revision::new(from.flushed_rev + 1, 0).to_bytes();
         n += target.copy_keys(&to.snapshot, Some(&start))?;
     }
     // Rows the background compactor deleted between the two states: by
@@ -106,6 +108,7 @@ impl KvStore {
         let paused = Instant::now();
         {
             let _guard = self.batch_lock.lock();
+            self.writer.wait_idle()?;
             if self.restores.load(Ordering::SeqCst) != restores {
                 return Err(MvccError::Backend(
                     "defrag: the store was replaced by a snapshot meanwhile; try again".into(),

@@ -6,7 +6,6 @@ use retcd_api::etcdserverpb::{
     request_op, response_op, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest,
     TxnResponse,
 };
-use retcd_storage::backend::KEY;
 
 use crate::kvstore::KvStore;
 use crate::kvstore_txn::compare_holds;
@@ -46,7 +45,7 @@ impl KvStore {
             return Err(MvccError::Backend("read_txn: txn writes".into()));
         }
         let p = self.published.read().clone();
-        let table = p.snapshot.open_table(KEY)?;
+        let rows = p.rows_at().open()?;
         // the bound applies to each range in it
         let max = self.max_response_bytes();
         let range = |r: &RangeRequest| -> Result<RangeResponse, MvccError> {
@@ -54,7 +53,7 @@ impl KvStore {
                 let index = self.index.read();
                 range::plan(&index, r, p.rev, p.compact_rev, true, false)?
             };
-            range::fetch(&table, r, plan, max)
+            range::fetch(&rows, r, plan, max)
         };
         let resp = eval(req, &range)?;
         Ok(TxnResponse {

@@ -6,16 +6,22 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use redb::{ReadableTable, ReadableTableMetadata};
-use retcd_storage::backend::{ReadSnapshot, ALARM, AUTH, KEY, LEASES, MEMBERS, META};
+use redb::ReadableTable;
+use retcd_storage::backend::{ReadSnapshot, ALARM, AUTH, LEASES, MEMBERS, META};
 
 use crate::hash::Crc32c;
-use crate::kvstore::{KvStore, DUMP_MAGIC};
+use crate::kvstore::{KvStore, CONSISTENT_INDEX_KEY, DUMP_MAGIC, TERM_KEY};
+use crate::memtable::RowsAt;
 use crate::MvccError;
 
 /// The committed state at one revision, ready to be serialized.
 pub struct SnapshotDump {
     snapshot: Arc<ReadSnapshot>,
+    /// The `key` rows (the snapshot's and the memtable's).
+    at: RowsAt,
+    /// The consistent index and term of this state (redb's `meta` has
+    /// them as of the last write of the memtable).
+    consistent: (u64, u64),
     /// The store revision of this state.
     pub revision: i64,
 }
@@ -31,9 +37,11 @@ impl std::fmt::Debug for SnapshotDump {
 impl KvStore {
     /// The current committed state, to stream with [`SnapshotDump::write_to`].
     pub fn snapshot_dump(&self) -> SnapshotDump {
-        let p = self.published.read().clone();
+        let p = self.published.read();
         SnapshotDump {
-            snapshot: p.snapshot,
+            snapshot: p.snapshot.clone(),
+            at: p.rows_at(),
+            consistent: (p.consistent_index, p.term),
             revision: p.rev,
         }
     }
@@ -51,13 +59,23 @@ impl SnapshotDump {
         mut f: impl FnMut(u8, &[u8], &[u8]) -> Result<(), MvccError>,
     ) -> Result<(), MvccError> {
         let s = &self.snapshot;
-        for entry in s.open_table(KEY)?.iter()? {
-            let (k, v) = entry?;
-            f(1, k.value(), v.value())?;
-        }
+        self.at.open()?.for_each(0, self.at.rev, |k, v| {
+            f(1, k, v)?;
+            Ok(true)
+        })?;
+        // `meta` in name order, with this state's consistent index
+        let mut meta = std::collections::BTreeMap::new();
         for entry in s.open_table(META)?.iter()? {
             let (k, v) = entry?;
-            f(2, k.value().as_bytes(), v.value())?;
+            meta.insert(k.value().to_string(), v.value().to_vec());
+        }
+        let (index, term) = self.consistent;
+        if index > 0 {
+            meta.insert(CONSISTENT_INDEX_KEY.into(), index.to_be_bytes().to_vec());
+            meta.insert(TERM_KEY.into(), term.to_be_bytes().to_vec());
+        }
+        for (k, v) in &meta {
+            f(2, k.as_bytes(), v)?;
         }
         for entry in s.open_table(MEMBERS)?.iter()? {
             let (k, v) = entry?;
@@ -95,7 +113,7 @@ impl SnapshotDump {
 
     /// Number of revisions in the `key` table.
     pub fn key_count(&self) -> Result<u64, MvccError> {
-        Ok(self.snapshot.open_table(KEY)?.len()?)
+        self.at.open()?.len()
     }
 
     /// Writes the dump; see [`KvStore::dump`] for the format.

@@ -44,14 +44,14 @@ fn put_req(k: &str, v: &str) -> PutRequest {
     }
 }
 
-fn put(s: &KvStore, k: &str, v: &str) -> i64 {
+pub(crate) fn put(s: &KvStore, k: &str, v: &str) -> i64 {
     let mut b = s.begin_batch().unwrap();
     let r = b.put(&put_req(k, v), &NoLeases).unwrap();
     b.commit(false).unwrap();
     r.header.unwrap().revision
 }
 
-fn del(s: &KvStore, k: &str, end: &str) -> (i64, i64) {
+pub(crate) fn del(s: &KvStore, k: &str, end: &str) -> (i64, i64) {
     let mut b = s.begin_batch().unwrap();
     let r = b
         .delete_range(&DeleteRangeRequest {
@@ -76,7 +76,7 @@ pub(crate) fn compact(s: &KvStore, rev: i64) -> Result<(), MvccError> {
     Ok(())
 }
 
-fn rng(k: &str, end: &str) -> RangeRequest {
+pub(crate) fn rng(k: &str, end: &str) -> RangeRequest {
     RangeRequest {
         key: k.into(),
         range_end: end.into(),

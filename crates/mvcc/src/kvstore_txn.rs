@@ -14,6 +14,11 @@
 //! txn {range b}  -> read-only           response revision 7
 //! commit         -> readers now see rev 7
 //! ```
+//!
+//! The batch's rows go to the memtable at commit (see `memtable`); a redb
+//! write transaction is opened only for the other tables (leases, members,
+//! auth, alarms, the compaction mark), and a batch that opened one writes
+//! the memtable to redb with it.
 
 use prost::Message;
 use redb::WriteTransaction;
@@ -22,12 +27,12 @@ use retcd_api::etcdserverpb::{
     PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
 };
 use retcd_api::mvccpb::{event::EventType, Event, KeyValue};
-use retcd_storage::backend::{commit_with, CommitPolicy, KEY, META};
-use std::cell::RefCell;
+use std::cell::{OnceCell, Ref, RefCell};
 use std::sync::atomic::Ordering;
 
 use crate::index::KeyRange;
-use crate::kvstore::{KvStore, CONSISTENT_INDEX_KEY, TERM_KEY};
+use crate::kvstore::KvStore;
+use crate::memtable::{self, MemRow, Row, RowSource, Rows, RowsAt};
 use crate::range;
 use crate::revision::Revision;
 use crate::{LeaseLookup, MvccError};
@@ -75,7 +80,14 @@ struct TxnPath {
 pub struct WriteBatch<'a> {
     pub(crate) store: &'a KvStore,
     _guard: parking_lot::MutexGuard<'a, ()>,
-    pub(crate) txn: Option<WriteTransaction>,
+    /// A redb write transaction, opened by the first write to a table
+    /// other than `key` (see the module documentation).
+    txn: OnceCell<WriteTransaction>,
+    /// The committed state the batch builds on (stable: the batch lock
+    /// keeps every other writer out).
+    at: RowsAt,
+    /// `at` opened, on the first read.
+    rows: OnceCell<Rows>,
     /// Store revision including this batch's operations.
     pub(crate) rev: i64,
     /// Compaction revision including this batch's compactions (-1: none).
@@ -87,25 +99,39 @@ pub struct WriteBatch<'a> {
     /// The index holds revisions of this batch (undo on drop).
     pub(crate) index_dirty: bool,
     committed: bool,
-    /// Rows for the `key` table not yet written to the transaction
-    /// (revision bytes, encoded `KeyValue`): they are written with one
-    /// `open_table` before the table is next read and at commit. Opening
-    /// the table for every put was ~10 % of the apply path's CPU.
-    pending_rows: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// This batch's rows for the `key` table, in revision order: read
+    /// from here by the batch itself, appended to the memtable at commit.
+    pending_rows: RefCell<Vec<MemRow>>,
+}
+
+/// What a batch reads rows from: its own rows, then the committed ones.
+struct BatchRows<'b> {
+    pending: Ref<'b, Vec<MemRow>>,
+    rows: &'b Rows,
+}
+
+impl RowSource for BatchRows<'_> {
+    fn find_row(&self, rev: Revision) -> Result<Option<Row<'_>>, MvccError> {
+        if let Some(r) = memtable::find(&self.pending, rev) {
+            return Ok(Some(Row::Mem(r.row.clone())));
+        }
+        self.rows.find_row(rev)
+    }
 }
 
 impl<'a> WriteBatch<'a> {
     pub(crate) fn begin(store: &'a KvStore) -> Result<WriteBatch<'a>, MvccError> {
         let guard = store.batch_lock.lock();
-        let txn = store.backend.db().begin_write()?;
-        let (rev, compact_rev) = {
+        let (rev, compact_rev, at) = {
             let p = store.published.read();
-            (p.rev, p.compact_rev)
+            (p.rev, p.compact_rev, p.rows_at())
         };
         Ok(WriteBatch {
             store,
             _guard: guard,
-            txn: Some(txn),
+            txn: OnceCell::new(),
+            at,
+            rows: OnceCell::new(),
             rev,
             compact_rev,
             pending_compactions: Vec::new(),
@@ -117,36 +143,44 @@ impl<'a> WriteBatch<'a> {
         })
     }
 
-    pub(crate) fn wtxn(&self) -> &WriteTransaction {
-        self.txn
-            .as_ref()
-            .expect("write transaction present until commit")
-    }
-
-    /// The `key` table, with every pending row written.
-    fn key_table(&self) -> Result<redb::Table<'_, &'static [u8], &'static [u8]>, MvccError> {
-        let mut table = self.wtxn().open_table(KEY)?;
-        for (k, v) in self.pending_rows.borrow_mut().drain(..) {
-            table.insert(k.as_slice(), v.as_slice())?;
+    /// The batch's redb write transaction, begun on first use.
+    pub(crate) fn wtxn(&self) -> Result<&WriteTransaction, MvccError> {
+        if self.txn.get().is_none() {
+            self.store.writer.wait_idle()?;
+            let txn = self.store.backend.db().begin_write()?;
+            let _ = self.txn.set(txn);
         }
-        Ok(table)
+        Ok(self.txn.get().expect("set above"))
     }
 
-    /// Queues a row for the `key` table (see `pending_rows`).
-    /// Queues `kv`'s row at `rev_bytes`; returns the row's size.
-    fn insert_row(&self, rev_bytes: &[u8], kv: &KeyValue) -> usize {
+    /// The rows this batch reads: its own, then the committed ones.
+    fn rows(&self) -> Result<BatchRows<'_>, MvccError> {
+        if self.rows.get().is_none() {
+            let _ = self.rows.set(self.at.open()?);
+        }
+        Ok(BatchRows {
+            pending: self.pending_rows.borrow(),
+            rows: self.rows.get().expect("set above"),
+        })
+    }
+
+    /// Queues `kv`'s row at `rev` for the `key` table (see
+    /// `pending_rows`); returns the row's size.
+    fn insert_row(&self, rev: Revision, tombstone: bool, kv: &KeyValue) -> usize {
         let row = kv.encode_to_vec();
         let len = row.len();
-        self.pending_rows
-            .borrow_mut()
-            .push((rev_bytes.to_vec(), row));
+        self.pending_rows.borrow_mut().push(MemRow {
+            rev,
+            tombstone,
+            row: row.into(),
+        });
         len
     }
 
     /// The batch's redb write transaction, for tables the server owns
-    /// (`members`, `leases`): their changes commit atomically with the
-    /// batch's key-value changes and consistent index.
-    pub fn backend_txn(&self) -> &WriteTransaction {
+    /// (`members`, `leases`, `auth`, `alarm`): their changes commit
+    /// atomically with the batch's key-value changes and consistent index.
+    pub fn backend_txn(&self) -> Result<&WriteTransaction, MvccError> {
         self.wtxn()
     }
 
@@ -175,15 +209,14 @@ impl<'a> WriteBatch<'a> {
             let index = self.store.index.read();
             range::plan(&index, req, op.read_rev(), self.compact_rev, true, false)?
         };
-        let table = self.key_table()?;
-        range::fetch(&table, req, plan, usize::MAX)
+        range::fetch(&self.rows()?, req, plan, usize::MAX)
     }
 
     /// The live value of `key` as `op` sees it.
     fn get_kv(&self, op: &Op, key: &[u8]) -> Result<Option<KeyValue>, MvccError> {
         let found = self.store.index.read().get(key, op.read_rev());
         match found {
-            Ok((modified, _, _)) => Ok(Some(range::read_kv(&self.key_table()?, modified)?)),
+            Ok((modified, _, _)) => Ok(Some(range::read_kv(&self.rows()?, modified)?)),
             Err(_) => Ok(None),
         }
     }
@@ -234,9 +267,7 @@ impl<'a> WriteBatch<'a> {
             || req.ignore_lease
             || self.store.prev_kv_watchers.load(Ordering::Relaxed) > 0;
         let prev_kv = match found {
-            Some((modified, _, _)) if need_prev => {
-                Some(range::read_kv(&self.key_table()?, modified)?)
-            }
+            Some((modified, _, _)) if need_prev => Some(range::read_kv(&self.rows()?, modified)?),
             _ => None,
         };
         let (value, lease) = match (&found, &prev_kv) {
@@ -262,7 +293,7 @@ impl<'a> WriteBatch<'a> {
             lease,
         };
         let idx_rev = Revision::new(rev, op.changes);
-        let row_len = self.insert_row(&idx_rev.to_bytes(), &kv);
+        let row_len = self.insert_row(idx_rev, false, &kv);
         self.index_dirty = true;
         self.store
             .index
@@ -310,13 +341,13 @@ impl<'a> WriteBatch<'a> {
         let rev = op.write_rev();
         let mut prev_kvs = Vec::with_capacity(keys.len());
         for (key, modified) in &keys {
-            let prev = range::read_kv(&self.key_table()?, *modified)?;
+            let prev = range::read_kv(&self.rows()?, *modified)?;
             let idx_rev = Revision::new(rev, op.changes);
             let tomb = KeyValue {
                 key: key.clone().into(),
                 ..Default::default()
             };
-            self.insert_row(&idx_rev.to_tombstone_bytes(), &tomb);
+            self.insert_row(idx_rev, true, &tomb);
             self.index_dirty = true;
             self.store
                 .index
@@ -534,28 +565,39 @@ impl<'a> WriteBatch<'a> {
 
     /// Commits (durably if `durable`, else visible only; see
     /// `retcd_storage::backend::CommitPolicy`) and publishes the new state.
-    pub fn commit(mut self, durable: bool) -> Result<(), MvccError> {
-        drop(self.key_table()?);
-        let txn = self
-            .txn
-            .take()
-            .expect("write transaction present until commit");
-        if let Some((index, term)) = self.consistent {
-            let mut meta = txn.open_table(META)?;
-            meta.insert(CONSISTENT_INDEX_KEY, index.to_be_bytes().as_slice())?;
-            meta.insert(TERM_KEY, term.to_be_bytes().as_slice())?;
-        }
-        commit_with(
-            txn,
-            if durable {
-                CommitPolicy::Durable
-            } else {
-                CommitPolicy::Visible
-            },
-        )?;
+    ///
+    /// The rows go to the memtable; they are written to redb here only if
+    /// the commit is durable or the batch wrote another table. Returns
+    /// whether it wrote redb.
+    pub fn commit(mut self, durable: bool) -> Result<bool, MvccError> {
+        let mut rows = self.pending_rows.take();
         let (rev, compact_rev, consistent) = (self.rev, self.compact_rev, self.consistent);
+        let txn = self.txn.take();
+        let flushed = if durable || txn.is_some() {
+            self.store.writer.wait_idle()?;
+            let ci = match consistent {
+                Some(c) => c,
+                None => {
+                    let p = self.store.published.read();
+                    (p.consistent_index, p.term)
+                }
+            };
+            let p = self.store.published.read().clone();
+            Some(memtable::write_out(
+                &self.store.backend,
+                txn,
+                &p.mems(),
+                &rows,
+                ci,
+                durable,
+            )?)
+        } else {
+            self.at.mem.append(&mut rows);
+            None
+        };
         let compactions = std::mem::take(&mut self.pending_compactions);
         self.committed = true;
+        let wrote = flushed.is_some();
         self.store.publish(&compactions, |p| {
             p.rev = rev;
             p.compact_rev = compact_rev;
@@ -563,12 +605,21 @@ impl<'a> WriteBatch<'a> {
                 p.consistent_index = index;
                 p.term = term;
             }
-        })
+            if let Some(snapshot) = flushed {
+                p.snapshot = snapshot;
+                p.frozen = None;
+                p.mem = Default::default();
+                p.flushed_rev = rev;
+            }
+        })?;
+        Ok(wrote)
     }
 }
 
 impl Drop for WriteBatch<'_> {
     fn drop(&mut self) {
+        // abort the redb transaction first: undoing the index may write
+        drop(self.txn.take());
         if !self.committed && self.index_dirty {
             // undo this batch's index changes
             self.store.reload_index();

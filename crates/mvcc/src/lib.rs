@@ -20,6 +20,7 @@ mod kvstore_defrag;
 mod kvstore_read_txn;
 mod kvstore_snapshot;
 mod kvstore_txn;
+mod memtable;
 mod range;
 pub mod revision;
 mod watch_history;
@@ -125,6 +126,8 @@ from_redb!(
 mod kvstore_compaction_test;
 #[cfg(test)]
 mod kvstore_test;
+#[cfg(test)]
+mod memtable_test;
 #[cfg(test)]
 mod model_test;
 #[cfg(test)]

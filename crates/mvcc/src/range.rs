@@ -9,16 +9,12 @@
 use std::cmp::Ordering;
 
 use prost::Message;
-use redb::{AccessGuard, ReadableTable};
 use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
 use retcd_api::etcdserverpb::{RangeRequest, RangeResponse, ResponseHeader};
 use retcd_api::mvccpb::KeyValue;
 
-use std::sync::Arc;
-
-use retcd_storage::backend::{ReadSnapshot, KEY};
-
 use crate::index::{KeyRange, TreeIndex};
+use crate::memtable::{RowSource, RowsAt};
 use crate::revision::Revision;
 use crate::MvccError;
 
@@ -110,20 +106,6 @@ pub(crate) fn plan(
     })
 }
 
-/// The row stored at `rev` (an encoded `mvccpb.KeyValue`).
-pub(crate) fn read_row<T>(
-    table: &T,
-    rev: Revision,
-) -> Result<AccessGuard<'_, &'static [u8]>, MvccError>
-where
-    T: ReadableTable<&'static [u8], &'static [u8]>,
-{
-    let bytes = rev.to_bytes();
-    table
-        .get(bytes.as_slice())?
-        .ok_or_else(|| MvccError::Backend(format!("range cannot find rev {rev}")))
-}
-
 /// Decodes a row as `M` (`KeyValue`, or `KeyValueHead` to skip the value).
 pub(crate) fn decode_row<M: Message + Default>(row: &[u8], rev: Revision) -> Result<M, MvccError> {
     M::decode(row).map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))
@@ -182,11 +164,8 @@ pub(crate) fn decode_row_head(row: &[u8], rev: Revision) -> Result<RowHead<'_>, 
 }
 
 /// Reads the value stored at `rev`.
-pub(crate) fn read_kv<T>(table: &T, rev: Revision) -> Result<KeyValue, MvccError>
-where
-    T: ReadableTable<&'static [u8], &'static [u8]>,
-{
-    decode_row(read_row(table, rev)?.value(), rev)
+pub(crate) fn read_kv(rows: &impl RowSource, rev: Revision) -> Result<KeyValue, MvccError> {
+    decode_row(rows.row(rev)?.value(), rev)
 }
 
 /// Bytes a length-delimited field of `len` bytes takes in its message.
@@ -213,20 +192,17 @@ fn cmp_by(target: SortTarget, a: &KeyValue, b: &KeyValue) -> Ordering {
 /// only sums the sizes, and the range fails with
 /// [`MvccError::ResponseTooLarge`] instead of building a response that big.
 /// Only reads served outside raft pass a bound; the apply's always fits.
-pub(crate) fn fetch<T>(
-    table: &T,
+pub(crate) fn fetch(
+    rows: &impl RowSource,
     req: &RangeRequest,
     plan: RangePlan,
     max_bytes: usize,
-) -> Result<RangeResponse, MvccError>
-where
-    T: ReadableTable<&'static [u8], &'static [u8]>,
-{
+) -> Result<RangeResponse, MvccError> {
     let mut kvs = Vec::with_capacity(plan.revs.len());
     let mut size = 0usize;
     for rev in &plan.revs {
         if size <= max_bytes {
-            let kv = read_kv(table, *rev)?;
+            let kv = read_kv(rows, *rev)?;
             let mut len = kv.encoded_len();
             if req.keys_only && !kv.value.is_empty() {
                 len -= field_len(kv.value.len());
@@ -235,7 +211,7 @@ where
             kvs.push(kv);
         } else {
             // over the bound: only the size of the rest, for the error
-            size = size.saturating_add(field_len(read_row(table, *rev)?.value().len()));
+            size = size.saturating_add(field_len(rows.row(*rev)?.value().len()));
         }
     }
     if size > max_bytes {
@@ -307,7 +283,7 @@ pub fn is_plain_range(req: &RangeRequest) -> bool {
 /// pass keeps the leading rows it reads, up to a budget, encoded in `head`:
 /// those are written from it and not read again.
 pub struct EncodedRange {
-    snapshot: Arc<ReadSnapshot>,
+    at: RowsAt,
     revs: Vec<Revision>,
     /// Each of `revs`' row size, as summed into `kvs_len`: a row read
     /// later must have it, or the response's framing would lie.
@@ -334,7 +310,7 @@ impl EncodedRange {
     /// bytes of them encoded; fails with [`MvccError::ResponseTooLarge`]
     /// past `max_bytes`, as [`fetch`].
     pub(crate) fn new(
-        snapshot: Arc<ReadSnapshot>,
+        at: RowsAt,
         req: &RangeRequest,
         mut plan: RangePlan,
         max_bytes: usize,
@@ -359,9 +335,9 @@ impl EncodedRange {
             }
             let table = match &mut table {
                 Some(t) => t,
-                None => table.insert(snapshot.open_table(KEY)?),
+                None => table.insert(at.open()?),
             };
-            let row = read_row(table, *rev)?;
+            let row = table.row(*rev)?;
             let row = row.value();
             read += 1;
             lens[i] = u32::try_from(row.len())
@@ -381,7 +357,7 @@ impl EncodedRange {
             });
         }
         Ok(EncodedRange {
-            snapshot,
+            at,
             revs: plan.revs,
             lens,
             next,
@@ -429,10 +405,10 @@ impl EncodedRange {
             }
         }
         if self.next < self.revs.len() && out.len() < target {
-            let table = self.snapshot.open_table(KEY)?;
+            let table = self.at.open()?;
             while self.next < self.revs.len() && out.len() < target {
                 let rev = self.revs[self.next];
-                let row = read_row(&table, rev)?;
+                let row = table.row(rev)?;
                 let row = row.value();
                 if row.len() != self.lens[self.next] as usize {
                     return Err(MvccError::Backend(format!(

@@ -3,18 +3,18 @@
 //! [`crate::revision`]).
 
 use prost::Message;
-use redb::ReadTransaction;
 use retcd_api::mvccpb::{event::EventType, Event, KeyValue};
-use retcd_storage::backend::KEY;
 
 use crate::kvstore::KvStore;
+use crate::memtable::RowsAt;
 use crate::revision::Revision;
 use crate::watcher_group::WatchRange;
 use crate::MvccError;
 
 /// Events with main revision in `[from, to]`, in revision order, read from
-/// the `key` table of `snapshot`: PUT for a stored value, DELETE (kv with
-/// the key and `mod_revision`) for a tombstone. No `prev_kv`.
+/// the `key` table of the view `at`: PUT for a stored value, DELETE (kv with
+/// the key and `mod_revision`) for a tombstone. No `prev_kv`. Nothing
+/// above the view's revision.
 ///
 /// A tombstone at `compact_rev` is kept by the compaction (etcd 3.5.16+),
 /// so a watcher starting at the compaction revision (allowed, as in etcd)
@@ -22,23 +22,19 @@ use crate::MvccError;
 /// compaction deletes them in the background, so whether one is still
 /// there depends on timing.
 pub(crate) fn read_events(
-    snapshot: &ReadTransaction,
+    at: &RowsAt,
     from: i64,
     to: i64,
     compact_rev: i64,
 ) -> Result<Vec<(i64, Event)>, MvccError> {
-    let table = snapshot.open_table(KEY)?;
-    let lo = Revision::new(from.max(1), 0).to_bytes();
-    let hi = Revision::new(to.saturating_add(1), 0).to_bytes();
     let mut out = Vec::new();
-    for entry in table.range(lo.as_slice()..hi.as_slice())? {
-        let (k, v) = entry?;
-        let (rev, tombstone) = Revision::parse(k.value())
-            .ok_or_else(|| MvccError::Backend(format!("invalid revision key {:?}", k.value())))?;
+    at.open()?.for_each(from.max(1), to, |k, v| {
+        let (rev, tombstone) = Revision::parse(k)
+            .ok_or_else(|| MvccError::Backend(format!("invalid revision key {k:?}")))?;
         if tombstone && rev.main < compact_rev {
-            continue;
+            return Ok(true);
         }
-        let mut kv = KeyValue::decode(v.value())
+        let mut kv = KeyValue::decode(v)
             .map_err(|e| MvccError::Backend(format!("cannot decode KeyValue at {rev}: {e}")))?;
         let ty = if tombstone {
             kv.mod_revision = rev.main;
@@ -54,7 +50,8 @@ pub(crate) fn read_events(
                 prev_kv: None,
             },
         ));
-    }
+        Ok(true)
+    })?;
     Ok(out)
 }
 
@@ -68,7 +65,7 @@ impl KvStore {
         range: &WatchRange,
     ) -> Result<Vec<Event>, MvccError> {
         let p = self.published.read().clone();
-        Ok(read_events(&p.snapshot, from, to, p.compact_rev)?
+        Ok(read_events(&p.rows_at(), from, to, p.compact_rev)?
             .into_iter()
             .filter(|(_, e)| e.kv.as_ref().is_some_and(|kv| range.contains(&kv.key)))
             .map(|(_, e)| e)

@@ -708,7 +708,7 @@ impl WatchableStore {
         let (events, end) = match min {
             Some(min) => {
                 let end = cur_rev.min(min.saturating_add(MAX_REVS_PER_SYNC - 1));
-                let mut events = match read_events(&published.snapshot, min, end, compact_rev) {
+                let mut events = match read_events(&published.rows_at(), min, end, compact_rev) {
                     Ok(e) => e,
                     Err(e) => {
                         tracing::warn!(error = %e, "watch: cannot read the history; will retry");

@@ -51,7 +51,11 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
             batch.range(&r).map(ApplyResult::Range)
         }
         Request::LeaseGrant(r) => {
-            return match lessor.grant(batch.backend_txn(), r.id, r.ttl) {
+            let txn = match batch.backend_txn() {
+                Ok(t) => t,
+                Err(e) => return ApplyResult::Err(ServerError::Mvcc(e)),
+            };
+            return match lessor.grant(txn, r.id, r.ttl) {
                 Ok(ttl) => {
                     let m = crate::metrics::global();
                     m.lease_granted.inc();
@@ -64,7 +68,7 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
                     })
                 }
                 Err(e) => ApplyResult::Err(e.into()),
-            }
+            };
         }
         Request::LeaseRevoke(r) => {
             return match lessor.revoke(batch, r.id) {
@@ -79,8 +83,12 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
         }
         Request::LeaseCheckpoint(r) => {
             let mut res = ApplyResult::Empty;
+            let txn = match batch.backend_txn() {
+                Ok(t) => t,
+                Err(e) => return ApplyResult::Err(ServerError::Mvcc(e)),
+            };
             for cp in r.checkpoints {
-                if let Err(e) = lessor.checkpoint(batch.backend_txn(), cp.id, cp.remaining_ttl) {
+                if let Err(e) = lessor.checkpoint(txn, cp.id, cp.remaining_ttl) {
                     res = ApplyResult::Err(e.into());
                 }
             }

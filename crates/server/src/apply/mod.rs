@@ -127,9 +127,12 @@ impl Applier {
             return ApplyResult::Err(ServerError::internal("retcd: raft entry without a request"));
         };
         match request {
-            Request::Auth(ar) => match self.auth.apply(batch.backend_txn(), index, &ar) {
-                Ok(token) => ApplyResult::Auth(token),
-                Err(e) => ApplyResult::Err(e.into()),
+            Request::Auth(ar) => match batch.backend_txn() {
+                Err(e) => ApplyResult::Err(ServerError::Mvcc(e)),
+                Ok(txn) => match self.auth.apply(txn, index, &ar) {
+                    Ok(token) => ApplyResult::Auth(token),
+                    Err(e) => ApplyResult::Err(e.into()),
+                },
             },
             Request::Alarm(ar) => alarm::apply_alarm(batch, &self.alarms, &ar),
             other => match alarm::refusal(&self.alarms, &other) {

@@ -115,6 +115,12 @@ impl RaftNode {
                 tracing::warn!(error = %e, "raft: campaign at start failed");
             }
         }
+        let metrics = self.metrics;
+        self.applier
+            .kv
+            .set_write_out_observer(Arc::new(move |took: Duration| {
+                metrics.backend_commit.observe(took.as_secs_f64())
+            }));
         let mut turn = Turn::default();
         let mut next_tick = Instant::now() + self.cfg.tick;
         let mut last_durable = Instant::now();
@@ -137,8 +143,10 @@ impl RaftNode {
             if Instant::now() >= next_tick {
                 self.raw.tick();
                 next_tick = Instant::now() + self.cfg.tick;
-                if undurable_ops > 0 && last_durable.elapsed() >= self.cfg.batch_interval {
-                    self.commit_durable();
+                if undurable_ops > 0
+                    && last_durable.elapsed() >= self.cfg.batch_interval
+                    && self.make_durable(undurable_ops)
+                {
                     undurable_ops = 0;
                     last_durable = Instant::now();
                 }
@@ -151,10 +159,10 @@ impl RaftNode {
             if self.raw.has_ready() {
                 let applied = self.on_ready(&mut turn);
                 undurable_ops += applied;
-                if undurable_ops >= self.cfg.batch_limit
-                    || (undurable_ops > 0 && last_durable.elapsed() >= self.cfg.batch_interval)
+                if (undurable_ops >= self.cfg.batch_limit
+                    || (undurable_ops > 0 && last_durable.elapsed() >= self.cfg.batch_interval))
+                    && self.make_durable(undurable_ops)
                 {
-                    self.commit_durable();
                     undurable_ops = 0;
                     last_durable = Instant::now();
                 }
@@ -531,13 +539,16 @@ impl RaftNode {
         let events = batch.take_events();
         let started = Instant::now();
         fp::point("raft_before_commit_backend");
-        if let Err(e) = batch.commit(false) {
-            fatal(&format!("failed to commit to the backend: {e}"));
+        match batch.commit(false) {
+            // the rows went to the memtable: not a backend commit
+            Ok(false) => {}
+            Ok(true) => self
+                .metrics
+                .backend_commit
+                .observe(started.elapsed().as_secs_f64()),
+            Err(e) => fatal(&format!("failed to commit to the backend: {e}")),
         }
         fp::point("raft_after_commit_backend");
-        self.metrics
-            .backend_commit
-            .observe(started.elapsed().as_secs_f64());
         self.storage.set_applied(last.0, last.1);
         self.status.set_applied(last.0);
         applier.after_commit(events);
@@ -558,6 +569,24 @@ impl RaftNode {
         }
     }
 
+    /// The periodic durable commit: started in the background (the
+    /// memtable is frozen and written on the store's writer thread while
+    /// applies go on). False while the previous one still runs, unless
+    /// `undurable_ops` has grown to four times `--backend-batch-limit`:
+    /// then it waits for it and commits here, bounding the memory.
+    fn make_durable(&mut self, undurable_ops: u64) -> bool {
+        match self.applier.kv.write_out_background() {
+            Ok(true) => true,
+            Ok(false) if undurable_ops >= self.cfg.batch_limit.saturating_mul(4) => {
+                self.commit_durable();
+                true
+            }
+            Ok(false) => false,
+            Err(e) => fatal(&format!("failed to commit to the backend durably: {e}")),
+        }
+    }
+
+    /// A durable commit of everything applied, before returning.
     fn commit_durable(&mut self) {
         match self.applier.kv.begin_batch() {
             Ok(b) => {
