@@ -361,10 +361,10 @@ impl KvStore {
     ) -> Result<RangeResponse, MvccError> {
         let (plan, at) = {
             let index = self.index.read();
-            let p = self.published.read();
+            let (at, compact_rev) = self.view();
             (
-                range::plan(&index, req, p.rev, p.compact_rev, with_count, false)?,
-                p.rows_at(),
+                range::plan(&index, req, at.rev, compact_rev, with_count, false)?,
+                at,
             )
         };
         range::fetch(&at.open()?, req, plan, max_bytes)
@@ -384,10 +384,10 @@ impl KvStore {
         debug_assert!(range::is_plain_range(req));
         let (plan, at) = {
             let index = self.index.read();
-            let p = self.published.read();
+            let (at, compact_rev) = self.view();
             (
-                range::plan(&index, req, p.rev, p.compact_rev, true, true)?,
-                p.rows_at(),
+                range::plan(&index, req, at.rev, compact_rev, true, true)?,
+                at,
             )
         };
         range::EncodedRange::new(at, req, plan, self.max_response_bytes(), read_once)
@@ -400,9 +400,9 @@ impl KvStore {
     pub fn leased_keys(&self) -> Result<Vec<(Vec<u8>, i64)>, MvccError> {
         let (revs, at) = {
             let index = self.index.read();
-            let p = self.published.read();
+            let (at, _) = self.view();
             let range = crate::index::KeyRange::From(&[]);
-            (index.revisions(range, p.rev), p.rows_at())
+            (index.revisions(range, at.rev), at)
         };
         let rows = at.open()?;
         let mut out = Vec::new();
@@ -414,6 +414,14 @@ impl KvStore {
             }
         }
         Ok(out)
+    }
+
+    /// The committed view and compaction revision (call with `index` read
+    /// locked, so the two are of the same commit); `published` is held
+    /// only to clone them.
+    fn view(&self) -> (RowsAt, i64) {
+        let p = self.published.read();
+        (p.rows_at(), p.compact_rev)
     }
 
     /// Bounds the responses of [`KvStore::range`] and [`KvStore::read_txn`].

@@ -405,7 +405,14 @@ impl Writer {
         }
         let job = {
             let mut p = self.published.write();
-            debug_assert!(p.frozen.is_none());
+            if p.frozen.is_some() {
+                // a failed write-out left it (and reported it); never
+                // freeze over it
+                drop(p);
+                let e = MvccError::Backend("a frozen memtable was not written".into());
+                finish(&self.state, Err(e.clone()));
+                return Err(e);
+            }
             let frozen = std::mem::take(&mut p.mem);
             p.frozen = Some(frozen.clone());
             Job {
@@ -426,17 +433,20 @@ impl Writer {
                 .spawn(move || {
                     for job in rx {
                         let started = Instant::now();
-                        let res = run(&backend, &published, job);
+                        // a panic must not leave `busy` set: every writer
+                        // of redb would wait for it forever
+                        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            run(&backend, &published, job)
+                        }))
+                        .unwrap_or_else(|_| {
+                            Err(MvccError::Backend(
+                                "the background write-out panicked".into(),
+                            ))
+                        });
                         if let Some(o) = observer.read().as_ref() {
                             o(started.elapsed());
                         }
-                        let (lock, idle) = &*state;
-                        let mut st = lock.lock();
-                        st.busy = false;
-                        if let Err(e) = res {
-                            st.error = Some(e.to_string());
-                        }
-                        idle.notify_all();
+                        finish(&state, res);
                     }
                 });
             match spawned {
@@ -444,9 +454,9 @@ impl Writer {
                 Err(e) => {
                     // write it here instead
                     drop(queue);
-                    let res = run(&self.backend, &self.published, job);
-                    self.state.0.lock().busy = false;
                     tracing::warn!(error = %e, "mvcc: cannot start the writer thread");
+                    let res = run(&self.backend, &self.published, job);
+                    finish(&self.state, res.clone());
                     return res.map(|()| true);
                 }
             }
@@ -455,7 +465,7 @@ impl Writer {
         if let Err(mpsc::SendError(job)) = queue.as_ref().expect("started above").send(job) {
             drop(queue);
             let res = run(&self.backend, &self.published, job);
-            self.state.0.lock().busy = false;
+            finish(&self.state, res.clone());
             return res.map(|()| true);
         }
         Ok(true)
@@ -468,6 +478,19 @@ impl Writer {
             let _ = h.join();
         }
     }
+}
+
+/// Ends a write-out: not busy any more, its failure recorded, waiters
+/// woken.
+fn finish(state: &(Mutex<WriterState>, Condvar), res: Result<(), MvccError>) {
+    let (lock, idle) = state;
+    let mut st = lock.lock();
+    st.busy = false;
+    if let Err(e) = res {
+        tracing::error!(error = %e, "mvcc: background write-out failed");
+        st.error.get_or_insert(e.to_string());
+    }
+    idle.notify_all();
 }
 
 /// One background write-out: the frozen rows, durably, then the snapshot

@@ -162,27 +162,22 @@ pub(super) fn apply_alarm(
         header: super::backend::batch_header(batch),
         alarms: vec![],
     };
-    let txn = || batch.backend_txn();
     let res = match AlarmAction::try_from(ar.action) {
         Ok(AlarmAction::Get) => {
             resp.alarms = alarms.get(AlarmType::try_from(ar.alarm).unwrap_or(AlarmType::None));
             Ok(())
         }
-        Ok(AlarmAction::Activate) => match txn() {
-            Err(e) => return ApplyResult::Err(ServerError::Mvcc(e)),
-            Ok(txn) => alarms.activate(txn, ar.member_id, ar.alarm),
-        }
-        .map(|m| {
+        Ok(AlarmAction::Activate) => alarms
+            .activate(super::backend_txn(batch), ar.member_id, ar.alarm)
+            .map(|m| {
                 if let Some(m) = m {
                     tracing::warn!(member = %Hex(m.member_id), alarm = %alarm_string(&m), "alarm raised");
                     resp.alarms.push(m);
                 }
             }),
-        Ok(AlarmAction::Deactivate) => match txn() {
-            Err(e) => return ApplyResult::Err(ServerError::Mvcc(e)),
-            Ok(txn) => alarms.deactivate(txn, ar.member_id, ar.alarm),
-        }
-        .map(|m| {
+        Ok(AlarmAction::Deactivate) => alarms
+            .deactivate(super::backend_txn(batch), ar.member_id, ar.alarm)
+            .map(|m| {
                 if let Some(m) = m {
                     tracing::info!(member = %Hex(m.member_id), alarm = %alarm_string(&m), "alarm cleared");
                     resp.alarms.push(m);

@@ -51,11 +51,7 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
             batch.range(&r).map(ApplyResult::Range)
         }
         Request::LeaseGrant(r) => {
-            let txn = match batch.backend_txn() {
-                Ok(t) => t,
-                Err(e) => return ApplyResult::Err(ServerError::Mvcc(e)),
-            };
-            return match lessor.grant(txn, r.id, r.ttl) {
+            return match lessor.grant(super::backend_txn(batch), r.id, r.ttl) {
                 Ok(ttl) => {
                     let m = crate::metrics::global();
                     m.lease_granted.inc();
@@ -71,6 +67,8 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
             };
         }
         Request::LeaseRevoke(r) => {
+            // opened here: a backend that cannot stops the member
+            super::backend_txn(batch);
             return match lessor.revoke(batch, r.id) {
                 Ok(()) => {
                     crate::metrics::global().lease_revoked.inc();
@@ -79,14 +77,11 @@ pub(super) fn apply(batch: &mut WriteBatch<'_>, lessor: &Lessor, req: Request) -
                     })
                 }
                 Err(e) => ApplyResult::Err(e.into()),
-            }
+            };
         }
         Request::LeaseCheckpoint(r) => {
             let mut res = ApplyResult::Empty;
-            let txn = match batch.backend_txn() {
-                Ok(t) => t,
-                Err(e) => return ApplyResult::Err(ServerError::Mvcc(e)),
-            };
+            let txn = super::backend_txn(batch);
             for cp in r.checkpoints {
                 if let Err(e) = lessor.checkpoint(txn, cp.id, cp.remaining_ttl) {
                     res = ApplyResult::Err(e.into());

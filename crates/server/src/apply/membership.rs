@@ -226,7 +226,7 @@ pub fn apply_conf_change(
     };
     // The whole list is written: the table may still be empty (nothing
     // published yet) and must never hold a partial list.
-    let mut table = batch.backend_txn()?.open_table(MEMBERS)?;
+    let mut table = super::backend_txn(batch).open_table(MEMBERS)?;
     if let Change::Removed(id) = &change {
         table.remove(*id)?;
     }
@@ -292,7 +292,7 @@ pub fn apply_attributes(
         m.name = attrs.name;
         m.client_urls = attrs.client_urls;
     }
-    let mut table = batch.backend_txn()?.open_table(MEMBERS)?;
+    let mut table = super::backend_txn(batch).open_table(MEMBERS)?;
     for m in members.iter() {
         table.insert(m.id, m.encode_to_vec().as_slice())?;
     }

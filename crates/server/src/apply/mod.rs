@@ -127,12 +127,9 @@ impl Applier {
             return ApplyResult::Err(ServerError::internal("retcd: raft entry without a request"));
         };
         match request {
-            Request::Auth(ar) => match batch.backend_txn() {
-                Err(e) => ApplyResult::Err(ServerError::Mvcc(e)),
-                Ok(txn) => match self.auth.apply(txn, index, &ar) {
-                    Ok(token) => ApplyResult::Auth(token),
-                    Err(e) => ApplyResult::Err(e.into()),
-                },
+            Request::Auth(ar) => match self.auth.apply(backend_txn(batch), index, &ar) {
+                Ok(token) => ApplyResult::Auth(token),
+                Err(e) => ApplyResult::Err(e.into()),
             },
             Request::Alarm(ar) => alarm::apply_alarm(batch, &self.alarms, &ar),
             other => match alarm::refusal(&self.alarms, &other) {
@@ -170,6 +167,17 @@ impl Applier {
             .context("failed to recover leases from the snapshot")?;
         self.watch.restore();
         Ok(())
+    }
+}
+
+/// The batch's redb write transaction (begun on first use). A backend
+/// that cannot begin one stops the member, as a batch that could not begin
+/// did: answering an error for an entry the other members applied would
+/// make this member differ from them.
+pub(crate) fn backend_txn<'b>(batch: &'b WriteBatch<'_>) -> &'b redb::WriteTransaction {
+    match batch.backend_txn() {
+        Ok(txn) => txn,
+        Err(e) => crate::error::fatal(&format!("failed to begin a backend transaction: {e}")),
     }
 }
 
