@@ -25,9 +25,10 @@
 //!   when the call returns, this commit *and every earlier non-durable
 //!   commit* are on disk.
 //!
-//! A typical apply loop commits `Visible` after every batch of entries and
-//! `Durable` every 100 ms (or N entries), and always before a raft snapshot
-//! or a WAL truncation.
+//! The MVCC store keeps applied `key` rows in memory (its memtable) and
+//! writes them with a `Durable` commit every 100 ms (or N entries), and
+//! always before a raft snapshot or a WAL truncation; `Visible` commits
+//! are for batches that write other tables and for the compactor.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
