@@ -497,6 +497,16 @@ fn finish(state: &(Mutex<WriterState>, Condvar), res: Result<(), MvccError>) {
 /// published without them. If the frozen memtable is no longer published
 /// (a restore replaced the store), nothing of it is written.
 fn run(backend: &Backend, published: &RwLock<Published>, job: Job) -> Result<(), MvccError> {
+    fail::fail_point!("mvcc_write_out", |_| {
+        eprintln!("retcd: failpoint mvcc_write_out: crashing (abort)");
+        std::process::abort()
+    });
+    fail::fail_point!("mvcc_write_out_error", |_| {
+        eprintln!("retcd: failpoint mvcc_write_out_error: failing the write-out");
+        Err(MvccError::Backend(
+            "failpoint mvcc_write_out_error: injected write-out failure".into(),
+        ))
+    });
     let current = published
         .read()
         .frozen
