@@ -395,41 +395,14 @@ async fn robustness_crash_at_each_failpoint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn robustness_fsync_error_stops_the_node() {
-    if test_flavor() == Flavor::Etcd {
-        eprintln!("skipped: failpoints are retcd-only");
-        return;
-    }
-    repeat("fsync_error", 111, |seed| async move {
-        let o = opts(3).with_failpoints();
-        let mut run = Run::start_seeded("fsync_error", o, seed).await;
-        for round in 0..2 {
-            let l = run.rc.leader().await.unwrap_or(0);
-            let i = if round == 0 { l } else { (l + 1) % 3 };
-            let spec = format!("raft_wal_fsync_error={}*off->return", 30 + run.pick(100));
-            eprintln!("robustness: fault: m{i} restarted with FAILPOINTS={spec}");
-            run.rc.set_failpoints(i, &spec);
-            run.rc.kill(i);
-            run.rc.restart(i);
-            match wait_exit(&mut run.rc, i, Duration::from_secs(20)) {
-                Ok(st) => {
-                    let log = run.rc.cluster.members[i].log();
-                    if st.success() || !log.contains("failed to save to the WAL") {
-                        run.notes.push(format!(
-                            "m{i} exited ({st}) but not by fail-stop on the fsync error"
-                        ));
-                    } else {
-                        eprintln!("robustness: m{i} stopped on the fsync error ({st})");
-                    }
-                }
-                Err(e) => run
-                    .notes
-                    .push(format!("fsync error did not stop m{i}: {e}")),
-            }
-            run.rc.set_failpoints(i, "");
-            run.rc.restart(i);
-            run.sleep_ms(1000, 1500).await;
-        }
-        run.finish().await
+    fail_stop(FailStop {
+        name: "fsync_error",
+        base_seed: 111,
+        fp: "raft_wal_fsync_error",
+        after: (30, 100),
+        what: "the fsync error",
+        logged: &[],
+        stopped_by: &["failed to save to the WAL"],
     })
     .await;
 }
@@ -439,17 +412,55 @@ async fn robustness_fsync_error_stops_the_node() {
 /// acknowledged (the WAL replays what redb lacks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn robustness_backend_write_error_stops_the_node() {
+    fail_stop(FailStop {
+        name: "backend_write_error",
+        base_seed: 117,
+        fp: "mvcc_write_out_error",
+        after: (2, 10),
+        what: "the write-out error",
+        logged: &["failpoint mvcc_write_out_error: failing"],
+        // a lease, auth or alarm batch may reach the error first
+        stopped_by: &[
+            "failed to commit to the backend durably",
+            "failed to begin a backend transaction",
+        ],
+    })
+    .await;
+}
+
+/// A fault that must stop the member it is injected in; see [`fail_stop`].
+#[derive(Clone, Copy)]
+struct FailStop {
+    name: &'static str,
+    base_seed: u64,
+    /// The failpoint, armed after `after.0 + pick(after.1)` evaluations.
+    fp: &'static str,
+    after: (usize, usize),
+    /// The fault, in messages.
+    what: &'static str,
+    /// Lines the member's log must all have.
+    logged: &'static [&'static str],
+    /// Lines of which the member's log must have one: why it stopped.
+    stopped_by: &'static [&'static str],
+}
+
+/// retcd only: `f.fp` armed on the leader, then on a follower; each must
+/// exit non-zero with its log saying so (`f.logged`, `f.stopped_by`), then
+/// restarts without it; the rest of the cluster goes on and every check
+/// passes.
+async fn fail_stop(f: FailStop) {
     if test_flavor() == Flavor::Etcd {
         eprintln!("skipped: failpoints are retcd-only");
         return;
     }
-    repeat("backend_write_error", 117, |seed| async move {
+    repeat(f.name, f.base_seed, |seed| async move {
         let o = opts(3).with_failpoints();
-        let mut run = Run::start_seeded("backend_write_error", o, seed).await;
+        let mut run = Run::start_seeded(f.name, o, seed).await;
+        let what = f.what;
         for round in 0..2 {
             let l = run.rc.leader().await.unwrap_or(0);
             let i = if round == 0 { l } else { (l + 1) % 3 };
-            let spec = format!("mvcc_write_out_error={}*off->return", 2 + run.pick(10));
+            let spec = format!("{}={}*off->return", f.fp, f.after.0 + run.pick(f.after.1));
             eprintln!("robustness: fault: m{i} restarted with FAILPOINTS={spec}");
             run.rc.set_failpoints(i, &spec);
             run.rc.kill(i);
@@ -458,20 +469,16 @@ async fn robustness_backend_write_error_stops_the_node() {
                 Ok(st) => {
                     let log = run.rc.cluster.members[i].log();
                     if st.success()
-                        || !log.contains("failpoint mvcc_write_out_error: failing")
-                        || !(log.contains("failed to commit to the backend durably")
-                            || log.contains("failed to begin a backend transaction"))
+                        || !f.logged.iter().all(|l| log.contains(l))
+                        || !f.stopped_by.iter().any(|l| log.contains(l))
                     {
-                        run.notes.push(format!(
-                            "m{i} exited ({st}) but not by fail-stop on the write-out error"
-                        ));
+                        run.notes
+                            .push(format!("m{i} exited ({st}) but not by fail-stop on {what}"));
                     } else {
-                        eprintln!("robustness: m{i} stopped on the write-out error ({st})");
+                        eprintln!("robustness: m{i} stopped on {what} ({st})");
                     }
                 }
-                Err(e) => run
-                    .notes
-                    .push(format!("write-out error did not stop m{i}: {e}")),
+                Err(e) => run.notes.push(format!("{what} did not stop m{i}: {e}")),
             }
             run.rc.set_failpoints(i, "");
             run.rc.restart(i);

@@ -106,15 +106,6 @@ impl Published {
             rev: self.rev,
         }
     }
-
-    /// The memtables not in `snapshot`, in revision order.
-    pub(crate) fn mems(&self) -> Vec<&MemRows> {
-        self.frozen
-            .iter()
-            .map(|f| &**f)
-            .chain([&*self.mem])
-            .collect()
-    }
 }
 
 /// What [`load`] reads back from the backend.
@@ -527,11 +518,6 @@ impl KvStore {
     pub fn write_out_background(&self) -> Result<bool, MvccError> {
         let _guard = self.batch_lock.lock();
         self.writer.start()
-    }
-
-    /// Waits for a background write-out to finish.
-    pub fn wait_written(&self) -> Result<(), MvccError> {
-        self.writer.wait_idle()
     }
 
     /// Sends each background write-out's duration to `o` (metrics).

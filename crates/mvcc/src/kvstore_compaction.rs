@@ -457,14 +457,7 @@ impl Worker {
                 // finished compaction is not redone after a crash, and
                 // every DURABLE_EVERY so a crash redoes little.
                 let durable = done || last_durable.elapsed() >= DURABLE_EVERY;
-                commit_with(
-                    txn,
-                    if durable {
-                        CommitPolicy::Durable
-                    } else {
-                        CommitPolicy::Visible
-                    },
-                )?;
+                commit_with(txn, CommitPolicy::durable_if(durable))?;
                 if durable {
                     last_durable = Instant::now();
                 }

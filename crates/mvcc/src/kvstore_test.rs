@@ -36,7 +36,7 @@ pub(crate) fn reopen(t: TestStore) -> TestStore {
     }
 }
 
-fn put_req(k: &str, v: &str) -> PutRequest {
+pub(crate) fn put_req(k: &str, v: &str) -> PutRequest {
     PutRequest {
         key: k.into(),
         value: v.into(),

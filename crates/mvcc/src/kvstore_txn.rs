@@ -574,19 +574,17 @@ impl<'a> WriteBatch<'a> {
         let (rev, compact_rev, consistent) = (self.rev, self.compact_rev, self.consistent);
         let txn = self.txn.take();
         let flushed = if durable || txn.is_some() {
+            // idle: no frozen memtable, `at.mem` holds every committed row
+            // not in redb
             self.store.writer.wait_idle()?;
-            let ci = match consistent {
-                Some(c) => c,
-                None => {
-                    let p = self.store.published.read();
-                    (p.consistent_index, p.term)
-                }
-            };
-            let p = self.store.published.read().clone();
+            let ci = consistent.unwrap_or_else(|| {
+                let p = self.store.published.read();
+                (p.consistent_index, p.term)
+            });
             Some(memtable::write_out(
                 &self.store.backend,
                 txn,
-                &p.mems(),
+                &self.at.mem,
                 &rows,
                 ci,
                 durable,
@@ -607,7 +605,6 @@ impl<'a> WriteBatch<'a> {
             }
             if let Some(snapshot) = flushed {
                 p.snapshot = snapshot;
-                p.frozen = None;
                 p.mem = Default::default();
                 p.flushed_rev = rev;
             }

@@ -60,12 +60,12 @@ pub(crate) struct MemRow {
 }
 
 impl MemRow {
-    /// The row's key in the `key` table.
-    pub(crate) fn key_bytes(&self) -> Vec<u8> {
+    /// Calls `f` with the row's key in the `key` table.
+    fn with_key<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         if self.tombstone {
-            self.rev.to_tombstone_bytes().to_vec()
+            f(&self.rev.to_tombstone_bytes())
         } else {
-            self.rev.to_bytes().to_vec()
+            f(&self.rev.to_bytes())
         }
     }
 }
@@ -82,8 +82,9 @@ pub(crate) fn find(rows: &[MemRow], rev: Revision) -> Option<&MemRow> {
 pub(crate) struct MemRows {
     /// The rows, appended in revision order by the write batch's commit
     /// (batch lock held). The lock is held only to append, to look one row
-    /// up or to clone a run of them out (a `Bytes` clone each): never
-    /// while a row is decoded or hashed.
+    /// up, to clone a run of them out (a `Bytes` clone each) or, read, by
+    /// `write_out` while it writes them (nothing is appended meanwhile):
+    /// never while a row is decoded or hashed.
     rows: RwLock<Vec<MemRow>>,
 }
 
@@ -135,6 +136,11 @@ pub(crate) struct RowsAt {
 }
 
 impl RowsAt {
+    /// The memtables, in revision order.
+    fn mems(&self) -> impl Iterator<Item = &MemRows> {
+        self.frozen.as_deref().into_iter().chain([&*self.mem])
+    }
+
     /// Opens the view's `key` table for reading.
     pub(crate) fn open(&self) -> Result<Rows, MvccError> {
         Ok(Rows {
@@ -185,11 +191,7 @@ impl RowSource for Rows {
             return Ok(None);
         }
         if rev.main > self.at.flushed_rev {
-            let found = match &self.at.frozen {
-                Some(f) => self.at.mem.get(rev).or_else(|| f.get(rev)),
-                None => self.at.mem.get(rev),
-            };
-            return Ok(found.map(Row::Mem));
+            return Ok(self.at.mems().find_map(|m| m.get(rev)).map(Row::Mem));
         }
         Ok(self.table.get(rev.to_bytes().as_slice())?.map(Row::Disk))
     }
@@ -223,13 +225,11 @@ impl Rows {
         if to > self.at.flushed_rev {
             let lo = Revision::new(from.max(self.at.flushed_rev.saturating_add(1)), 0);
             let hi = Revision::new(to.saturating_add(1), 0);
-            let frozen = match &self.at.frozen {
-                Some(f) => f.between(lo, hi),
-                None => Vec::new(),
-            };
-            for r in frozen.into_iter().chain(self.at.mem.between(lo, hi)) {
-                if !f(&r.key_bytes(), &r.row)? {
-                    return Ok(());
+            for m in self.at.mems() {
+                for r in m.between(lo, hi) {
+                    if !r.with_key(|k| f(k, &r.row))? {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -238,24 +238,21 @@ impl Rows {
 
     /// Rows (tombstones included) in the view.
     pub(crate) fn len(&self) -> Result<u64, MvccError> {
-        let mut mem = self.at.mem.count_upto(self.at.rev) as u64;
-        if let Some(f) = &self.at.frozen {
-            mem += f.count_upto(self.at.rev) as u64;
-        }
-        Ok(self.table.len()? + mem)
+        let mem: usize = self.at.mems().map(|m| m.count_upto(self.at.rev)).sum();
+        Ok(self.table.len()? + mem as u64)
     }
 }
 
-/// Writes the rows of `mems` (in order: each above the one before), then
-/// `more` (rows above them), and the consistent index into `txn` (a new
-/// write transaction if `None`) and commits it, durably if `durable`;
-/// returns a snapshot of the result. The caller holds the store's batch
-/// lock with the [`Writer`] idle (or is the writer) and publishes the
-/// snapshot without the memtables written.
+/// Writes the rows of `mem`, then `more` (rows above them), and the
+/// consistent index into `txn` (a new write transaction if `None`) and
+/// commits it, durably if `durable`; returns a snapshot of the result.
+/// The caller holds the store's batch lock with the [`Writer`] idle (so
+/// there is no frozen memtable) or is the writer, and publishes the
+/// snapshot without the memtable written.
 pub(crate) fn write_out(
     backend: &Backend,
     txn: Option<redb::WriteTransaction>,
-    mems: &[&MemRows],
+    mem: &MemRows,
     more: &[MemRow],
     consistent: (u64, u64),
     durable: bool,
@@ -265,15 +262,11 @@ pub(crate) fn write_out(
         None => backend.db().begin_write()?,
     };
     {
-        let guards: Vec<_> = mems.iter().map(|m| m.rows.read()).collect();
-        if guards.iter().any(|g| !g.is_empty()) || !more.is_empty() {
+        let rows = mem.rows.read();
+        if !rows.is_empty() || !more.is_empty() {
             let mut table = txn.open_table(KEY)?;
-            for r in guards.iter().flat_map(|g| g.iter()).chain(more) {
-                if r.tombstone {
-                    table.insert(r.rev.to_tombstone_bytes().as_slice(), &r.row[..])?;
-                } else {
-                    table.insert(r.rev.to_bytes().as_slice(), &r.row[..])?;
-                }
+            for r in rows.iter().chain(more) {
+                r.with_key(|k| table.insert(k, &r.row[..]))?;
             }
         }
     }
@@ -283,14 +276,7 @@ pub(crate) fn write_out(
         meta.insert(CONSISTENT_INDEX_KEY, index.to_be_bytes().as_slice())?;
         meta.insert(TERM_KEY, term.to_be_bytes().as_slice())?;
     }
-    commit_with(
-        txn,
-        if durable {
-            CommitPolicy::Durable
-        } else {
-            CommitPolicy::Visible
-        },
-    )?;
+    commit_with(txn, CommitPolicy::durable_if(durable))?;
     Ok(Arc::new(backend.begin_read()?))
 }
 
@@ -306,20 +292,19 @@ pub(crate) fn flush(
 ) -> Result<(), MvccError> {
     writer.wait_idle()?;
     let p = published.read().clone();
-    if !durable && p.mem.is_empty() && p.frozen.is_none() {
+    if !durable && p.mem.is_empty() {
         return Ok(());
     }
     let snapshot = write_out(
         backend,
         None,
-        &p.mems(),
+        &p.mem,
         &[],
         (p.consistent_index, p.term),
         durable,
     )?;
     let mut p = published.write();
     p.snapshot = snapshot;
-    p.frozen = None;
     p.mem = Arc::default();
     p.flushed_rev = p.rev;
     Ok(())
@@ -349,35 +334,33 @@ struct WriterState {
 /// The background write-out (see the module documentation): one thread,
 /// started on first use, one write-out at a time.
 pub(crate) struct Writer {
-    backend: Arc<Backend>,
-    published: Arc<RwLock<Published>>,
-    /// `busy` and `error`; waited on through `idle`. Held briefly.
-    state: Arc<(Mutex<WriterState>, Condvar)>,
+    ctx: WriterCtx,
     /// The job queue to the thread (None until started, and after stop).
     queue: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    observer: Arc<RwLock<Option<WriteOutObserver>>>,
 }
 
 impl Writer {
     pub(crate) fn new(backend: Arc<Backend>, published: Arc<RwLock<Published>>) -> Writer {
         Writer {
-            backend,
-            published,
-            state: Arc::default(),
+            ctx: WriterCtx {
+                backend,
+                published,
+                state: Arc::default(),
+                observer: Arc::default(),
+            },
             queue: Mutex::new(None),
             thread: Mutex::new(None),
-            observer: Arc::default(),
         }
     }
 
     pub(crate) fn set_observer(&self, o: WriteOutObserver) {
-        *self.observer.write() = Some(o);
+        *self.ctx.observer.write() = Some(o);
     }
 
     /// Waits until no write-out is running; reports the last one's failure.
     pub(crate) fn wait_idle(&self) -> Result<(), MvccError> {
-        let (lock, idle) = &*self.state;
+        let (lock, idle) = &*self.ctx.state;
         let mut st = lock.lock();
         while st.busy {
             idle.wait(&mut st);
@@ -391,10 +374,10 @@ impl Writer {
     /// Freezes the published memtable and writes it (with the consistent
     /// index) to redb durably on the writer thread. Call with the batch
     /// lock held (no batch open). Returns false, doing nothing, while the
-    /// previous write-out runs.
+    /// previous write-out runs; the error of a failed one.
     pub(crate) fn start(&self) -> Result<bool, MvccError> {
         {
-            let mut st = self.state.0.lock();
+            let mut st = self.ctx.state.0.lock();
             if st.busy {
                 return Ok(false);
             }
@@ -404,15 +387,9 @@ impl Writer {
             st.busy = true;
         }
         let job = {
-            let mut p = self.published.write();
-            if p.frozen.is_some() {
-                // a failed write-out left it (and reported it); never
-                // freeze over it
-                drop(p);
-                let e = MvccError::Backend("a frozen memtable was not written".into());
-                finish(&self.state, Err(e.clone()));
-                return Err(e);
-            }
+            let mut p = self.ctx.published.write();
+            // only a failed write-out leaves one, and its error is sticky
+            debug_assert!(p.frozen.is_none());
             let frozen = std::mem::take(&mut p.mem);
             p.frozen = Some(frozen.clone());
             Job {
@@ -424,51 +401,31 @@ impl Writer {
         let mut queue = self.queue.lock();
         if queue.is_none() {
             let (tx, rx) = mpsc::channel::<Job>();
-            let backend = self.backend.clone();
-            let published = self.published.clone();
-            let state = self.state.clone();
-            let observer = self.observer.clone();
-            let spawned = std::thread::Builder::new()
+            let thread_ctx = self.ctx.clone();
+            match std::thread::Builder::new()
                 .name("mvcc-writer".into())
                 .spawn(move || {
                     for job in rx {
-                        let started = Instant::now();
-                        // a panic must not leave `busy` set: every writer
-                        // of redb would wait for it forever
-                        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            run(&backend, &published, job)
-                        }))
-                        .unwrap_or_else(|_| {
-                            Err(MvccError::Backend(
-                                "the background write-out panicked".into(),
-                            ))
-                        });
-                        if let Some(o) = observer.read().as_ref() {
-                            o(started.elapsed());
-                        }
-                        finish(&state, res);
+                        let _ = thread_ctx.write(job);
                     }
-                });
-            match spawned {
-                Ok(h) => *self.thread.lock() = Some(h),
-                Err(e) => {
-                    // write it here instead
-                    drop(queue);
-                    tracing::warn!(error = %e, "mvcc: cannot start the writer thread");
-                    let res = run(&self.backend, &self.published, job);
-                    finish(&self.state, res.clone());
-                    return res.map(|()| true);
+                }) {
+                Ok(h) => {
+                    *self.thread.lock() = Some(h);
+                    *queue = Some(tx);
                 }
+                Err(e) => tracing::warn!(error = %e, "mvcc: cannot start the writer thread"),
             }
-            *queue = Some(tx);
         }
-        if let Err(mpsc::SendError(job)) = queue.as_ref().expect("started above").send(job) {
-            drop(queue);
-            let res = run(&self.backend, &self.published, job);
-            finish(&self.state, res.clone());
-            return res.map(|()| true);
-        }
-        Ok(true)
+        let job = match queue.as_ref() {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return Ok(true),
+                Err(mpsc::SendError(job)) => job,
+            },
+            None => job,
+        };
+        drop(queue);
+        // no thread to hand it to: written here instead
+        self.ctx.write(job).map(|()| true)
     }
 
     /// Stops the thread after the running write-out.
@@ -480,22 +437,49 @@ impl Writer {
     }
 }
 
-/// Ends a write-out: not busy any more, its failure recorded, waiters
-/// woken.
-fn finish(state: &(Mutex<WriterState>, Condvar), res: Result<(), MvccError>) {
-    let (lock, idle) = state;
-    let mut st = lock.lock();
-    st.busy = false;
-    if let Err(e) = res {
-        tracing::error!(error = %e, "mvcc: background write-out failed");
-        st.error.get_or_insert(e.to_string());
+/// What a write-out needs, for the writer thread (or the caller when
+/// there is none).
+#[derive(Clone)]
+struct WriterCtx {
+    backend: Arc<Backend>,
+    published: Arc<RwLock<Published>>,
+    /// `busy` and `error`; waited on through its condvar. Held briefly.
+    state: Arc<(Mutex<WriterState>, Condvar)>,
+    observer: Arc<RwLock<Option<WriteOutObserver>>>,
+}
+
+impl WriterCtx {
+    /// Runs one write-out and ends it: not busy any more, its failure
+    /// recorded (a panic too: `busy` left set would make every writer of
+    /// redb wait forever), its time observed, waiters woken.
+    fn write(&self, job: Job) -> Result<(), MvccError> {
+        let started = Instant::now();
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run(&self.backend, &self.published, job)
+        }))
+        .unwrap_or_else(|_| {
+            Err(MvccError::Backend(
+                "the background write-out panicked".into(),
+            ))
+        });
+        if let Some(o) = self.observer.read().as_ref() {
+            o(started.elapsed());
+        }
+        let (lock, idle) = &*self.state;
+        let mut st = lock.lock();
+        st.busy = false;
+        if let Err(e) = &res {
+            tracing::error!(error = %e, "mvcc: background write-out failed");
+            st.error.get_or_insert(e.to_string());
+        }
+        idle.notify_all();
+        res
     }
-    idle.notify_all();
 }
 
 /// One background write-out: the frozen rows, durably, then the snapshot
-/// published without them. If the frozen memtable is no longer published
-/// (a restore replaced the store), nothing of it is written.
+/// published without them. Nothing else changes the frozen memtable
+/// meanwhile: every other writer of redb waits for this one first.
 fn run(backend: &Backend, published: &RwLock<Published>, job: Job) -> Result<(), MvccError> {
     fail::fail_point!("mvcc_write_out", |_| {
         eprintln!("retcd: failpoint mvcc_write_out: crashing (abort)");
@@ -507,23 +491,14 @@ fn run(backend: &Backend, published: &RwLock<Published>, job: Job) -> Result<(),
             "failpoint mvcc_write_out_error: injected write-out failure".into(),
         ))
     });
-    let current = published
-        .read()
+    let snapshot = write_out(backend, None, &job.frozen, &[], job.consistent, true)?;
+    let mut p = published.write();
+    debug_assert!(p
         .frozen
         .as_ref()
-        .is_some_and(|f| Arc::ptr_eq(f, &job.frozen));
-    if !current {
-        return Ok(());
-    }
-    let snapshot = write_out(backend, None, &[&job.frozen], &[], job.consistent, true)?;
-    let mut p = published.write();
-    if p.frozen
-        .as_ref()
-        .is_some_and(|f| Arc::ptr_eq(f, &job.frozen))
-    {
-        p.snapshot = snapshot;
-        p.frozen = None;
-        p.flushed_rev = job.rev;
-    }
+        .is_some_and(|f| Arc::ptr_eq(f, &job.frozen)));
+    p.snapshot = snapshot;
+    p.frozen = None;
+    p.flushed_rev = job.rev;
     Ok(())
 }

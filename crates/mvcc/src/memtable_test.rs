@@ -3,10 +3,10 @@
 //! and nothing committed is lost when a batch aborts or the store closes.
 
 use redb::ReadableTableMetadata;
-use retcd_api::etcdserverpb::{PutRequest, RangeRequest};
+use retcd_api::etcdserverpb::RangeRequest;
 use retcd_storage::backend::{KEY, LEASES};
 
-use crate::kvstore_test::{compact, del, new_store, put, reopen, rng};
+use crate::kvstore_test::{compact, del, new_store, put, put_req, reopen, rng};
 use crate::memtable::RowSource;
 use crate::revision::Revision;
 use crate::watcher_group::WatchRange;
@@ -44,15 +44,7 @@ fn values(s: &KvStore, rev: i64) -> Vec<(String, String)> {
 
 fn put_at(s: &KvStore, k: &str, v: &str, index: u64) {
     let mut b = s.begin_batch().unwrap();
-    b.put(
-        &PutRequest {
-            key: k.into(),
-            value: v.into(),
-            ..Default::default()
-        },
-        &NoLeases,
-    )
-    .unwrap();
+    b.put(&put_req(k, v), &NoLeases).unwrap();
     b.set_consistent_index(index, 2);
     b.commit(false).unwrap();
 }
@@ -179,15 +171,7 @@ fn test_an_aborted_batch_keeps_the_committed_rows_in_memory() {
     put(s, "a", "1");
     {
         let mut b = s.begin_batch().unwrap();
-        b.put(
-            &PutRequest {
-                key: "b".into(),
-                value: "2".into(),
-                ..Default::default()
-            },
-            &NoLeases,
-        )
-        .unwrap();
+        b.put(&put_req("b", "2"), &NoLeases).unwrap();
         // dropped without commit
     }
     assert_eq!(values(s, 0), vec![("a".into(), "1".into())]);
@@ -219,15 +203,7 @@ fn test_a_batch_writing_another_table_writes_the_memtable_with_it() {
     let s = &t.store;
     put(s, "a", "1");
     let mut b = s.begin_batch().unwrap();
-    b.put(
-        &PutRequest {
-            key: "b".into(),
-            value: "2".into(),
-            ..Default::default()
-        },
-        &NoLeases,
-    )
-    .unwrap();
+    b.put(&put_req("b", "2"), &NoLeases).unwrap();
     b.backend_txn()
         .unwrap()
         .open_table(LEASES)
@@ -322,7 +298,7 @@ fn test_background_write_outs_under_reads_and_writes() {
     for r in readers {
         assert!(r.join().unwrap() > 0);
     }
-    s.wait_written().unwrap();
+    s.writer.wait_idle().unwrap();
     assert!(started > 0);
     flush_durably(&s);
     assert_eq!(rows_in_redb(&s), PUTS as u64);
@@ -336,7 +312,7 @@ fn test_rows_after_a_freeze_stay_in_memory_until_the_next_write_out() {
     put(s, "a", "1");
     assert!(s.write_out_background().unwrap());
     put(s, "b", "2");
-    s.wait_written().unwrap();
+    s.writer.wait_idle().unwrap();
     assert_eq!(rows_in_redb(s), 1, "only the frozen row");
     {
         let p = s.published.read();
@@ -349,6 +325,6 @@ fn test_rows_after_a_freeze_stay_in_memory_until_the_next_write_out() {
         vec![("a".into(), "1".into()), ("b".into(), "2".into())]
     );
     assert!(s.write_out_background().unwrap());
-    s.wait_written().unwrap();
+    s.writer.wait_idle().unwrap();
     assert_eq!(rows_in_redb(s), 2);
 }

@@ -94,6 +94,17 @@ pub enum CommitPolicy {
     Durable,
 }
 
+impl CommitPolicy {
+    /// `Durable` if `durable`, else `Visible`.
+    pub fn durable_if(durable: bool) -> CommitPolicy {
+        if durable {
+            CommitPolicy::Durable
+        } else {
+            CommitPolicy::Visible
+        }
+    }
+}
+
 /// `--unsafe-no-fsync` (process-wide, as etcd's flag, which also sets
 /// bbolt's `NoSync`): durable commits are made visible only, never
 /// fsynced. A crash or power loss then loses what the disk had not
