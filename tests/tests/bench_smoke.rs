@@ -201,3 +201,41 @@ async fn bench_compare_runs_both_servers() {
     })
     .await;
 }
+
+/// `floor` (no server): a few durable writes over loopback; every request
+/// is counted, each was fdatasynced (a sync time was measured), and the
+/// answering thread's CPU was read. Without the sync no sync time is.
+#[test]
+fn bench_floor_measures_lone_durable_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["-w", "json", "floor", "--total", "40", "--dir", d];
+        args.extend_from_slice(extra);
+        let out = bench(&args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let synced = run(&[]);
+    assert_eq!(synced["requests"], 40, "{synced:#}");
+    assert_eq!(synced["synced"], true, "{synced:#}");
+    assert!(
+        synced["requests_per_sec"].as_f64().unwrap() > 0.0,
+        "{synced:#}"
+    );
+    assert!(
+        synced["fdatasync_p50_us"].as_f64().unwrap() > 0.0,
+        "{synced:#}"
+    );
+    assert!(
+        synced["server_cpu_us_per_request"].as_f64().unwrap() > 0.0,
+        "{synced:#}"
+    );
+    let unsynced = run(&["--no-sync", "--bytes", "100"]);
+    assert_eq!(unsynced["synced"], false, "{unsynced:#}");
+    assert_eq!(unsynced["request_bytes"], 100, "{unsynced:#}");
+    assert_eq!(
+        unsynced["fdatasync_p50_us"].as_f64(),
+        Some(0.0),
+        "{unsynced:#}"
+    );
+}

@@ -222,3 +222,87 @@ async fn stopped_follower_catches_up_after_snapshot() {
     })
     .await;
 }
+
+/// A lone write reaches the followers well before the next heartbeat.
+/// retcd's leader does not send an append for each commit alone (the next
+/// append usually carries it); with no next write it sends the commit a
+/// moment later, and at once to a follower whose forwarded proposal
+/// committed. Heartbeats every 500 ms: a follower that learnt commits only
+/// from heartbeats would see each of the 8 writes within 150 ms about
+/// once in three, so all 8 in time by chance about once in 15 000 runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_apply_a_lone_write_before_the_next_heartbeat() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(
+            test_flavor(),
+            3,
+            &["--heartbeat-interval", "500", "--election-timeout", "5000"],
+        )
+        .await
+        .expect("start cluster");
+        let leader = c.leader(READY).await.expect("leader");
+        let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+        let mut writer = c.client(leader).await.expect("connect leader");
+        let mut readers = Vec::new();
+        for f in &followers {
+            readers.push(c.client(*f).await.expect("connect follower"));
+        }
+        let seen_within = async |cl: &mut Client, key: &str, value: &str| {
+            let started = std::time::Instant::now();
+            loop {
+                let r = cl
+                    .get(key, Some(GetOptions::new().with_serializable()))
+                    .await
+                    .expect("serializable get");
+                if r.kvs()
+                    .first()
+                    .is_some_and(|kv| kv.value() == value.as_bytes())
+                {
+                    return started.elapsed();
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "{key}={value} never reached a follower"
+                );
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        let mut slow = Vec::new();
+        for round in 0..8 {
+            // Spread the writes over the heartbeat period.
+            tokio::time::sleep(Duration::from_millis(70 * round)).await;
+            let (key, value) = (format!("lone/{round}"), format!("v{round}"));
+            writer
+                .put(key.as_str(), value.as_str(), None)
+                .await
+                .expect("put");
+            for (f, cl) in followers.iter().zip(readers.iter_mut()) {
+                let took = seen_within(cl, &key, &value).await;
+                if took > Duration::from_millis(150) {
+                    slow.push((round, *f, took));
+                }
+            }
+        }
+        assert!(
+            slow.is_empty(),
+            "followers saw writes late (round, member, after): {slow:?}"
+        );
+        // A write through a follower: answered, and the other follower has
+        // it promptly too.
+        for round in 0..4 {
+            let (key, value) = (format!("forwarded/{round}"), format!("f{round}"));
+            let started = std::time::Instant::now();
+            readers[0]
+                .put(key.as_str(), value.as_str(), None)
+                .await
+                .expect("put via follower");
+            let answered = started.elapsed();
+            let took = seen_within(&mut readers[1], &key, &value).await;
+            assert!(
+                took < Duration::from_millis(150),
+                "the other follower saw {key} after {took:?} (answered after {answered:?})"
+            );
+        }
+    })
+    .await;
+}

@@ -8,6 +8,7 @@
 //! scale run's charts from its saved JSON.
 
 mod compare;
+mod floor;
 mod k8s;
 mod plot;
 mod report;
@@ -227,6 +228,25 @@ enum Cmd {
     /// Start real etcd and retcd with the same flags and compare them.
     // boxed: its flags outweigh every other subcommand's
     Compare(Box<compare::CompareArgs>),
+    /// This machine's floor for a lone durable write, with no server: one
+    /// request over loopback TCP, appended to a file and fdatasynced, then
+    /// answered; prints the answering thread's CPU per request.
+    Floor {
+        /// Requests.
+        #[arg(long, default_value_t = 3000)]
+        total: u64,
+        /// Bytes per request (etcd's benchmark put of a 256-byte value is
+        /// about 300 bytes in the WAL).
+        #[arg(long, default_value_t = 300)]
+        bytes: usize,
+        /// Directory of the file (default: the system temp dir; use the
+        /// disk the servers' data dirs are on).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        /// Skip the fdatasync (the cost of the rest alone).
+        #[arg(long)]
+        no_sync: bool,
+    },
     /// Print the tables of a saved scale run (`compare --scale KIND -w json
     /// > FILE`) and, with `--out`, draw its PNG charts.
     Plot {
@@ -322,6 +342,21 @@ fn main() -> Result<()> {
             for p in plot::write_charts(&r, out)? {
                 eprintln!("chart: {}", p.display());
             }
+        }
+        return Ok(());
+    }
+    if let Cmd::Floor {
+        total,
+        bytes,
+        dir,
+        no_sync,
+    } = &cli.cmd
+    {
+        let dir = dir.clone().unwrap_or_else(std::env::temp_dir);
+        let f = floor::run(&dir, *total, (*bytes).max(1), !no_sync)?;
+        match cli.write_out {
+            Format::Simple => f.print_text(),
+            Format::Json => println!("{}", serde_json::to_string_pretty(&f)?),
         }
         return Ok(());
     }
@@ -480,7 +515,7 @@ async fn real_main(cli: Cli) -> Result<()> {
             }
             v
         }
-        Cmd::Compare(_) | Cmd::Plot { .. } => unreachable!("handled above"),
+        Cmd::Compare(_) | Cmd::Plot { .. } | Cmd::Floor { .. } => unreachable!("handled above"),
     };
     emit(cli.write_out, &reports);
     if reports.iter().all(|r| r.requests == 0) {

@@ -5,11 +5,13 @@
 //! | file | role |
 //! |---|---|
 //! | `node.rs` | the raft thread: the Ready loop (WAL, snapshots, applying through `apply::Applier`, conf changes) |
+//! | `commit_notice.rs` | when a leader sends followers the commit index on its own |
 //! | `read_index.rs` | ReadIndex batching for linearizable reads |
 //! | `storage.rs` | raft-rs `Storage`: the in-memory log tail, hard and conf state |
 //! | `transport.rs` | sending raft messages to peers (one stream and task per peer) |
 //! | `proposer.rs`, `wait.rs`, `status.rs` | proposing and waiting, published raft status |
 
+mod commit_notice;
 pub mod node;
 mod proposer;
 mod read_index;

@@ -18,6 +18,7 @@
 //! the same commit, so a restart skips entries already applied and
 //! re-applies the rest from the WAL.
 
+use super::commit_notice::CommitNotice;
 use super::read_index::Reads;
 use super::storage::RaftStorage;
 use super::transport::Transport;
@@ -30,7 +31,7 @@ use crate::ids::Hex;
 use crate::metrics::Metrics;
 use prost::Message as _;
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Snapshot};
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, MessageType, Snapshot};
 use raft::{RawNode, SnapshotStatus, StateRole};
 use retcd_api::etcdserverpb::AlarmType;
 use retcd_api::retcdpb::InternalRaftRequest;
@@ -93,6 +94,10 @@ struct Turn {
     nospace_due: bool,
     nospace_proposed: Option<Instant>,
     stop: Option<oneshot::Sender<()>>,
+    /// When followers learn of commits (leader only), and when it next
+    /// has to send one on its own.
+    notice: CommitNotice,
+    notice_due: Option<Instant>,
 }
 
 /// A removed member exits this long after it learnt of its removal (etcd
@@ -129,7 +134,12 @@ impl RaftNode {
         // Whether the lessor is primary (see the promote below).
         let mut lessor_primary = false;
         loop {
-            let timeout = next_tick.saturating_duration_since(Instant::now());
+            let wake = turn.notice_due.map_or(next_tick, |d| d.min(next_tick));
+            let timeout = if self.raw.has_ready() {
+                Duration::ZERO
+            } else {
+                wake.saturating_duration_since(Instant::now())
+            };
             match self.rx.0.recv_timeout(timeout) {
                 Ok(input) => {
                     self.handle_input(input, &mut turn);
@@ -156,7 +166,13 @@ impl RaftNode {
             self.metrics.read_indexes_failed.inc_by(failed);
             self.metrics.slow_read_indexes.inc_by(failed + again);
             self.maybe_raise_nospace(&mut turn);
-            if self.raw.has_ready() {
+            // Twice: applying may move the commit index a follower is
+            // waiting for (see CommitNotice).
+            for _ in 0..2 {
+                turn.notice_due = turn.notice.check(&mut self.raw.raft, Instant::now());
+                if !self.raw.has_ready() {
+                    break;
+                }
                 let applied = self.on_ready(&mut turn);
                 undurable_ops += applied;
                 if (undurable_ops >= self.cfg.batch_limit
@@ -226,8 +242,14 @@ impl RaftNode {
                 }
             }
             RaftInput::Step(m) => {
+                let forwarded = (m.get_msg_type() == MessageType::MsgPropose
+                    && self.raw.raft.state == StateRole::Leader)
+                    .then_some(m.from);
                 if let Err(e) = self.raw.step(m) {
                     tracing::debug!(error = %e, "raft step");
+                } else if let Some(from) = forwarded {
+                    turn.notice
+                        .on_forwarded(from, self.raw.raft.raft_log.last_index());
                 }
             }
             RaftInput::ReadIndex(tx) => turn.reads.push(tx),
@@ -343,12 +365,17 @@ impl RaftNode {
         ApplyResult::Empty
     }
 
+    fn send(&self, msgs: Vec<raft::eraftpb::Message>, turn: &mut Turn) {
+        turn.notice.on_send(&msgs);
+        self.transport.send(msgs);
+    }
+
     /// Handles one Ready (and the LightReady after it). Returns the number of
     /// entries applied.
     fn on_ready(&mut self, turn: &mut Turn) -> u64 {
         let mut rd = self.raw.ready();
         if !rd.messages().is_empty() {
-            self.transport.send(rd.take_messages());
+            self.send(rd.take_messages(), turn);
         }
         if !rd.snapshot().is_empty() {
             self.apply_snapshot(rd.snapshot().clone());
@@ -405,7 +432,7 @@ impl RaftNode {
             }
         }
         if !rd.persisted_messages().is_empty() {
-            self.transport.send(rd.take_persisted_messages());
+            self.send(rd.take_persisted_messages(), turn);
         }
         turn.reads.on_read_states(rd.take_read_states());
         let mut applied = self.apply_entries(rd.take_committed_entries(), turn);
@@ -414,7 +441,7 @@ impl RaftNode {
             self.storage.set_commit(commit);
         }
         if !light.messages().is_empty() {
-            self.transport.send(light.take_messages());
+            self.send(light.take_messages(), turn);
         }
         applied += self.apply_entries(light.take_committed_entries(), turn);
         self.raw.advance_apply();

@@ -183,6 +183,8 @@ impl EtcdServer {
             check_quorum: true,
             pre_vote: cfg.pre_vote,
             read_only_option: raft::ReadOnlyOption::Safe,
+            // the raft thread's CommitNotice sends commits instead
+            skip_bcast_commit: true,
             ..Default::default()
         };
         raft_cfg

@@ -1,0 +1,118 @@
+//! When a leader tells its followers that entries committed.
+//!
+//! raft-rs, like etcd's raft, sends every follower an append as soon as the
+//! leader's commit index moves, even with no entry in it: one more message
+//! each way per follower per commit, and on the follower a raft turn, a WAL
+//! write of the hard state and an answer. Under a steady stream of writes
+//! the next append carries the new commit index anyway. So the leader runs
+//! with raft-rs's `skip_bcast_commit` and this sends the commit itself:
+//!
+//! * at once to a follower that forwarded a proposal now committed (its
+//!   client waits for the follower to apply it);
+//! * to everyone else [`DELAY`] after the commit, unless a message that
+//!   carried it (an append or a heartbeat) went out meanwhile.
+//!
+//! Followers' linearizable reads are not delayed: the leader's ReadIndex
+//! heartbeats carry the commit index. A membership change still makes
+//! raft-rs broadcast at once.
+
+use super::storage::RaftStorage;
+use raft::eraftpb::{Message, MessageType};
+use raft::{Raft, StateRole};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How long a commit index may wait to ride on the next append before it
+/// is sent on its own. A single client's next put reaches the leader well
+/// within it; a follower's watchers and serializable reads see a write at
+/// most this much later than they would otherwise.
+pub const DELAY: Duration = Duration::from_millis(2);
+
+#[derive(Default)]
+pub struct CommitNotice {
+    /// Per follower, the highest commit index a message sent to it carried
+    /// (this term; cleared when this member is not the leader).
+    sent: HashMap<u64, u64>,
+    /// Followers that forwarded proposals, with the last log index at the
+    /// time: they need the commit as soon as it reaches that index.
+    forwarded: HashMap<u64, u64>,
+    /// When the commit index is sent to every follower still behind it.
+    due: Option<Instant>,
+}
+
+impl CommitNotice {
+    /// Records the commit index carried by messages about to be sent.
+    pub fn on_send(&mut self, msgs: &[Message]) {
+        for m in msgs {
+            if matches!(
+                m.get_msg_type(),
+                MessageType::MsgAppend | MessageType::MsgHeartbeat
+            ) {
+                let c = self.sent.entry(m.to).or_default();
+                *c = (*c).max(m.commit);
+            }
+        }
+    }
+
+    /// A follower's forwarded proposal was appended up to `last_index`.
+    pub fn on_forwarded(&mut self, from: u64, last_index: u64) {
+        self.forwarded.insert(from, last_index);
+    }
+
+    /// Queues the appends that are due in `raft` (sent with its next
+    /// Ready); returns when the next one falls due, if any is pending.
+    pub fn check(&mut self, raft: &mut Raft<RaftStorage>, now: Instant) -> Option<Instant> {
+        if raft.state != StateRole::Leader {
+            self.sent.clear();
+            self.forwarded.clear();
+            self.due = None;
+            return None;
+        }
+        // Messages raft queued go out with the next Ready.
+        self.on_send(&raft.msgs);
+        // A follower can use a newer commit index up to what it holds.
+        let committed = raft.raft_log.committed;
+        let me = raft.id;
+        let lagging: Vec<u64> = raft
+            .prs()
+            .iter()
+            .filter(|(id, pr)| {
+                **id != me && committed.min(pr.matched) > self.sent.get(id).copied().unwrap_or(0)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        // A forwarded proposal is answered when its follower holds the
+        // entry and knows it committed.
+        self.forwarded.retain(|id, last| {
+            let Some(pr) = raft.prs().get(*id) else {
+                return false;
+            };
+            if *last > committed.min(pr.matched) {
+                return true;
+            }
+            if lagging.contains(id) {
+                raft.send_append(*id);
+            }
+            false
+        });
+        if lagging.is_empty() {
+            self.due = None;
+            return None;
+        }
+        match self.due {
+            Some(due) if now >= due => {
+                self.due = None;
+                for id in lagging {
+                    raft.send_append(id);
+                }
+                None
+            }
+            Some(due) => Some(due),
+            None => {
+                let due = now + DELAY;
+                self.due = Some(due);
+                Some(due)
+            }
+        }
+    }
+}
