@@ -104,7 +104,16 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     for (l, acceptor) in peer_listeners {
         let svc = crate::api::peer::service(server.clone());
         let mut rx = peer_stop_rx.clone();
-        peer_tasks.push(tokio::spawn(async move {
+        // served on the peer runtime, the listener registered with it
+        let l = l.into_std().context("peer listener")?;
+        peer_tasks.push(crate::raft::transport::peer_runtime().spawn(async move {
+            let l = match TcpListener::from_std(l) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(error = %e, "peer server failed");
+                    return;
+                }
+            };
             let builder = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .add_service(svc);

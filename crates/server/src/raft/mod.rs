@@ -8,7 +8,7 @@
 //! | `commit_notice.rs` | when a leader sends followers the commit index on its own |
 //! | `read_index.rs` | ReadIndex batching for linearizable reads |
 //! | `storage.rs` | raft-rs `Storage`: the in-memory log tail, hard and conf state |
-//! | `transport.rs` | sending raft messages to peers (one stream and task per peer) |
+//! | `transport.rs` | sending raft messages to peers (one stream and task per peer, on the peer runtime) |
 //! | `proposer.rs`, `wait.rs`, `status.rs` | proposing and waiting, published raft status |
 
 mod commit_notice;

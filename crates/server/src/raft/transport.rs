@@ -2,8 +2,10 @@
 //! on the peer URLs (`retcdpb.RaftPeer/Stream`).
 //!
 //! Each peer has a bounded queue and one sender task. The task keeps one
-//! stream open, sends every message queued since its last write in one
-//! `RaftBatch`, and reconnects with a short backoff when the stream breaks.
+//! stream open and reconnects with a short backoff when the stream breaks;
+//! the stream's body takes every message queued since its last write into
+//! one `RaftBatch` (so a message goes from the raft thread to the task
+//! writing the stream, with no task in between).
 //! A full queue or a broken stream drops messages (raft retransmits) and
 //! reports the peer unreachable, as etcd's rafthttp does.
 
@@ -16,12 +18,15 @@ use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
 use retcd_api::retcdpb::{Member, MembersRequest, RaftBatch};
+use std::collections::VecDeque;
 use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc as tmpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
 
 const PEER_QUEUE: usize = 4096;
 /// The largest gRPC message on the peer port (a batch, or one fragment).
@@ -56,8 +61,8 @@ struct Inner {
     /// The raft thread's input: unreachable peers and snapshot reports.
     raft: RaftSender,
     dialer: Dialer,
-    /// Where peer sender tasks run (a member may be added from the raft
-    /// thread, which is not in the runtime).
+    /// Where peer sender tasks run ([`peer_runtime`]; a member may be
+    /// added from the raft thread, which is not in a runtime).
     runtime: tokio::runtime::Handle,
     /// Protects the per-peer queues (member id → queue). Written when the
     /// member list changes; read on every send.
@@ -72,10 +77,35 @@ struct Inner {
     removed: RwLock<HashSet<u64>>,
 }
 
+/// The runtime peer traffic runs on: the peer listeners' connections and
+/// the peer sender tasks, on one thread of their own (`retcd-peer`),
+/// away from the client workers. A raft round trip is a few small
+/// messages; on the client runtime each woke a worker that woke its
+/// sibling to share work it did not have (a lone put on a 3-member
+/// cluster cost the leader 6.8 worker context switches, and a follower
+/// with no client at all 3.3). Nothing blocking runs on it: the peer
+/// service's scans (HashKV) go to `spawn_blocking`.
+pub fn peer_runtime() -> tokio::runtime::Handle {
+    static PEER_RUNTIME: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
+    PEER_RUNTIME
+        .get_or_init(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("start the peer runtime");
+            let handle = rt.handle().clone();
+            std::thread::Builder::new()
+                .name("retcd-peer".into())
+                .spawn(move || rt.block_on(std::future::pending::<()>()))
+                .expect("start the peer thread");
+            handle
+        })
+        .clone()
+}
+
 impl Transport {
     /// A transport for member `self_id` of `cluster_id` feeding `raft`,
-    /// dialing with `dialer`. Must be called inside a tokio runtime (sender
-    /// tasks are spawned on it).
+    /// dialing with `dialer`; its sender tasks run on [`peer_runtime`].
     pub fn new(self_id: u64, cluster_id: u64, raft: RaftSender, dialer: Dialer) -> Self {
         Transport {
             inner: Arc::new(Inner {
@@ -83,7 +113,7 @@ impl Transport {
                 cluster_id,
                 raft,
                 dialer,
-                runtime: tokio::runtime::Handle::current(),
+                runtime: peer_runtime(),
                 peers: RwLock::default(),
                 active: RwLock::default(),
                 removed: RwLock::default(),
@@ -161,12 +191,8 @@ impl Transport {
     }
 }
 
-async fn peer_sender(
-    to: u64,
-    urls: Vec<String>,
-    mut rx: tmpsc::Receiver<Message>,
-    inner: Arc<Inner>,
-) {
+async fn peer_sender(to: u64, urls: Vec<String>, rx: tmpsc::Receiver<Message>, inner: Arc<Inner>) {
+    let rx: PeerQueue = Arc::new(parking_lot::Mutex::new(rx));
     let (self_id, raft) = (inner.self_id, inner.raft.clone());
     // `etcd_network_active_peers` follows what this task saw (up once per
     // connected stream, down when it breaks or the task ends)
@@ -190,7 +216,7 @@ async fn peer_sender(
         return;
     }
     let mut attempt = 0usize;
-    'reconnect: loop {
+    loop {
         let url = urls[attempt % urls.len()].clone();
         attempt += 1;
         let channel = match inner.dialer.peer(&url) {
@@ -215,15 +241,18 @@ async fn peer_sender(
                 set_active(false);
                 // Drop what is queued; raft will resend.
                 let mut had_snapshot = false;
-                loop {
-                    match rx.try_recv() {
-                        Ok(m) => {
-                            pm.0.send_failed(1);
-                            had_snapshot |= m.get_msg_type() == MessageType::MsgSnapshot
+                {
+                    let mut q = rx.lock();
+                    loop {
+                        match q.try_recv() {
+                            Ok(m) => {
+                                pm.0.send_failed(1);
+                                had_snapshot |= m.get_msg_type() == MessageType::MsgSnapshot
+                            }
+                            // The peer was removed: stop.
+                            Err(tmpsc::error::TryRecvError::Disconnected) => return,
+                            Err(tmpsc::error::TryRecvError::Empty) => break,
                         }
-                        // The peer was removed: stop.
-                        Err(tmpsc::error::TryRecvError::Disconnected) => return,
-                        Err(tmpsc::error::TryRecvError::Empty) => break,
                     }
                 }
                 let _ = raft.send(RaftInput::Unreachable(to));
@@ -238,75 +267,137 @@ async fn peer_sender(
             RaftPeerClient::new(channel.clone()),
             pm.0.rtt.clone(),
         )));
-        let mut client = RaftPeerClient::new(channel)
+        let client = RaftPeerClient::new(channel)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
-        let (btx, brx) = tmpsc::channel::<RaftBatch>(64);
-        let request = stream_request(ReceiverStream::new(brx), inner.cluster_id, self_id, to);
-        let mut call = tokio::spawn(async move { client.stream(request).await });
+        let body = PeerBatches {
+            rx: rx.clone(),
+            from: self_id,
+            waiting: VecDeque::new(),
+            raft: raft.clone(),
+            metrics: pm.0.clone(),
+        };
+        let request = stream_request(body, inner.cluster_id, self_id, to);
         set_active(true);
-        loop {
-            tokio::select! {
-                m = rx.recv() => {
-                    let Some(first) = m else { call.abort(); return };
-                    let mut snaps = Vec::new();
-                    let mut batches = Vec::new();
-                    let mut msgs = Vec::new();
-                    let mut bytes = 0;
-                    let mut next = Some(first);
-                    while let Some(m) = next.take() {
-                        if m.get_msg_type() == MessageType::MsgSnapshot {
-                            snaps.push(m.to);
-                        }
-                        let data = m.write_to_bytes().expect("encode raft message");
-                        if data.len() > FRAGMENT {
-                            batches.push(RaftBatch { from: self_id, msgs: std::mem::take(&mut msgs), ..Default::default() });
-                            batches.extend(fragments(self_id, &data));
-                            bytes = 0;
-                        } else {
-                            bytes += data.len();
-                            msgs.push(data);
-                        }
-                        if msgs.len() < 512 && bytes < BATCH_BYTES {
-                            next = rx.try_recv().ok();
-                        }
+        let res = { client }.stream(request).await;
+        set_active(false);
+        if rx.lock().is_closed() {
+            // removed, or its URLs changed (a new task sends to it)
+            return;
+        }
+        if let Err(st) = &res {
+            if st.message() == ServerError::RemovedMember.to_string() {
+                let _ = raft.send(RaftInput::Removed);
+            }
+        }
+        let _ = raft.send(RaftInput::Unreachable(to));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A peer's queue of raft messages: filled by the raft thread
+/// ([`Transport::send`]), drained by the body of the stream open to the
+/// peer, or by its sender task while no stream is. The lock protects the
+/// receiver; it is held only to take messages out, never across `.await`.
+type PeerQueue = Arc<parking_lot::Mutex<tmpsc::Receiver<Message>>>;
+
+/// The request body of a peer stream. When hyper polls it (it has room
+/// to send), it takes every message queued for the peer and yields them as
+/// one `RaftBatch` (a message larger than [`FRAGMENT`] as fragments).
+/// The raft thread's send wakes the task writing this body directly, with
+/// no task in between. The stream ends when the queue closes (the peer
+/// was removed or its URLs changed).
+struct PeerBatches {
+    rx: PeerQueue,
+    from: u64,
+    /// Batches taken out of the queue and not yielded yet (fragments, or a
+    /// batch behind them).
+    waiting: VecDeque<RaftBatch>,
+    /// For snapshot reports.
+    raft: RaftSender,
+    metrics: crate::metrics::PeerMetrics,
+}
+
+impl PeerBatches {
+    /// Takes `first` and whatever else is queued (up to 512 messages or
+    /// [`BATCH_BYTES`]) into `waiting`; a snapshot is reported sent once it
+    /// is in the body.
+    fn take(&mut self, first: Message, rx: &mut tmpsc::Receiver<Message>) {
+        let mut msgs = Vec::new();
+        let mut bytes = 0;
+        let mut next = Some(first);
+        while let Some(m) = next.take() {
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                let _ = self.raft.send(RaftInput::SnapshotReport(m.to, true));
+            }
+            let data = m.write_to_bytes().expect("encode raft message");
+            if data.len() > FRAGMENT {
+                self.push(std::mem::take(&mut msgs));
+                self.waiting.extend(fragments(self.from, &data));
+                bytes = 0;
+            } else {
+                bytes += data.len();
+                msgs.push(data);
+            }
+            if msgs.len() < 512 && bytes < BATCH_BYTES {
+                next = rx.try_recv().ok();
+            }
+        }
+        self.push(msgs);
+    }
+
+    fn push(&mut self, msgs: Vec<Vec<u8>>) {
+        if !msgs.is_empty() {
+            self.waiting.push_back(RaftBatch {
+                from: self.from,
+                msgs,
+                ..Default::default()
+            });
+        }
+    }
+
+    fn yielded(&self, b: RaftBatch) -> Poll<Option<RaftBatch>> {
+        let n = b.msgs.iter().map(|m| m.len()).sum::<usize>() + b.fragment.len();
+        self.metrics.sent_bytes.inc_by(n as u64);
+        Poll::Ready(Some(b))
+    }
+}
+
+impl Stream for PeerBatches {
+    type Item = RaftBatch;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RaftBatch>> {
+        let this = &mut *self;
+        if let Some(b) = this.waiting.pop_front() {
+            return this.yielded(b);
+        }
+        let queue = this.rx.clone();
+        let mut rx = queue.lock();
+        match rx.poll_recv(cx) {
+            Poll::Ready(Some(first)) => {
+                this.take(first, &mut rx);
+                match this.waiting.pop_front() {
+                    Some(b) => this.yielded(b),
+                    // (`take` always queues one; poll again if not)
+                    None => {
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
                     }
-                    batches.push(RaftBatch { from: self_id, msgs, ..Default::default() });
-                    let mut ok = true;
-                    for b in batches {
-                        if b.msgs.is_empty() && b.fragment.is_empty() {
-                            continue;
-                        }
-                        let n = b.msgs.iter().map(|m| m.len()).sum::<usize>() + b.fragment.len();
-                        let count = b.msgs.len().max(1) as u64;
-                        if btx.send(b).await.is_err() {
-                            pm.0.send_failed(count);
-                            ok = false;
-                            break;
-                        }
-                        pm.0.sent_bytes.inc_by(n as u64);
-                    }
-                    for s in snaps {
-                        let _ = raft.send(RaftInput::SnapshotReport(s, ok));
-                    }
-                    if !ok {
-                        set_active(false);
-                        let _ = raft.send(RaftInput::Unreachable(to));
-                        continue 'reconnect;
-                    }
-                }
-                res = &mut call => {
-                    set_active(false);
-                    if let Ok(Err(st)) = &res {
-                        if st.message() == ServerError::RemovedMember.to_string() {
-                            let _ = raft.send(RaftInput::Removed);
-                        }
-                    }
-                    let _ = raft.send(RaftInput::Unreachable(to));
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue 'reconnect;
                 }
             }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for PeerBatches {
+    /// Batches taken but never sent (the stream broke) are counted as
+    /// failed sends; raft sends them again.
+    fn drop(&mut self) {
+        let n: usize = self.waiting.iter().map(|b| b.msgs.len().max(1)).sum();
+        if n > 0 {
+            self.metrics.send_failed(n as u64);
         }
     }
 }
