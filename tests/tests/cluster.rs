@@ -175,6 +175,26 @@ const SNAP_KEYS: usize = 5600;
 /// restarts and catches up (through a snapshot: see [`SNAP_KEYS`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_follower_catches_up_after_snapshot() {
+    follower_catches_up_by_snapshot(0).await;
+}
+
+/// The same with 2 KiB values: the snapshot (about 12 MiB) is larger than
+/// one peer message fragment (8 MiB), so it is encoded and cut into
+/// fragments on a blocking thread, sent in pieces, reassembled and decoded
+/// off the peer thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_follower_catches_up_through_a_fragmented_snapshot() {
+    follower_catches_up_by_snapshot(2048).await;
+}
+
+/// The size of the snapshot the restarted follower applied, from its log.
+fn applied_snapshot_bytes(log: &str) -> Option<u64> {
+    log.lines()
+        .filter(|l| l.contains("applying snapshot from leader"))
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["snapshot-bytes"].as_u64())
+}
+
+async fn follower_catches_up_by_snapshot(value_size: usize) {
     bounded(LIMIT, async {
         let flags = [FAST, &["--snapshot-count", "100"]].concat();
         let mut c = Cluster::start(test_flavor(), 3, &flags)
@@ -185,12 +205,13 @@ async fn stopped_follower_catches_up_after_snapshot() {
         c.members[follower].stop();
         let live: Vec<usize> = (0..3).filter(|&i| i != follower).collect();
         let mut cl = c.client_of(&live).await.expect("connect");
+        let pad = "x".repeat(value_size);
         let writers: Vec<_> = (0..8)
             .map(|w| {
-                let mut cl = cl.clone();
+                let (mut cl, pad) = (cl.clone(), pad.clone());
                 tokio::spawn(async move {
                     for j in (w..SNAP_KEYS).step_by(8) {
-                        cl.put(format!("snap/{j:05}"), format!("v{j}"), None)
+                        cl.put(format!("snap/{j:05}"), format!("v{j}{pad}"), None)
                             .await
                             .expect("put");
                     }
@@ -200,25 +221,64 @@ async fn stopped_follower_catches_up_after_snapshot() {
         for w in writers {
             w.await.expect("writer");
         }
-        let want = read_prefix(&mut cl, "snap/", false).await.expect("read");
-        assert_eq!(want.1.len(), SNAP_KEYS);
         c.restart_member(follower, READY)
             .await
             .expect("restart follower");
-        wait_caught_up(&c, follower, "snap/", &want, Duration::from_secs(30)).await;
+        if value_size == 0 {
+            let want = read_prefix(&mut cl, "snap/", false).await.expect("read");
+            assert_eq!(want.1.len(), SNAP_KEYS);
+            wait_caught_up(&c, follower, "snap/", &want, Duration::from_secs(30)).await;
+        } else {
+            // (the values are too large for one response: the follower's
+            // count at the same revision, then the store's hash there)
+            let count_at = async |cl: &mut Client, serializable: bool| {
+                let mut o = GetOptions::new().with_prefix().with_count_only();
+                if serializable {
+                    o = o.with_serializable();
+                }
+                let r = cl.get("snap/", Some(o)).await.expect("count");
+                (r.header().map(|h| h.revision()).unwrap_or(-1), r.count())
+            };
+            let want = count_at(&mut cl, false).await;
+            assert_eq!(want.1, SNAP_KEYS as i64);
+            let mut fcl = c.client(follower).await.expect("connect follower");
+            let caught_up = retry_until(
+                Duration::from_secs(60),
+                Duration::from_millis(100),
+                async || {
+                    if count_at(&mut fcl, true).await == want {
+                        Ok(())
+                    } else {
+                        Err(())
+                    }
+                },
+            )
+            .await;
+            assert!(caught_up.is_ok(), "follower did not reach {want:?}");
+            let hash = async |cl: &mut Client| cl.hash_kv(want.0).await.expect("hash_kv").hash();
+            assert_eq!(
+                hash(&mut fcl).await,
+                hash(&mut cl).await,
+                "the follower's store differs"
+            );
+        }
         if c.flavor == Flavor::Retcd {
             // Prove the catch-up went through the snapshot path, not the log.
             let log = c.members[follower].log();
+            let bytes = applied_snapshot_bytes(&log);
             assert!(
-                log.contains("applying snapshot from leader"),
+                bytes.is_some(),
                 "follower caught up without a snapshot; log tail:\n{}",
                 c.members[follower].log_tail(4000)
             );
+            // (with large values: more than one 8 MiB fragment)
+            let fragmented = bytes.is_some_and(|b| b > 8 * 1024 * 1024);
+            assert_eq!(fragmented, value_size > 0, "snapshot of {bytes:?} bytes");
         }
         // And it keeps up with new writes.
-        cl.put("snap/zz", "last", None).await.expect("put");
-        let want = read_prefix(&mut cl, "snap/", false).await.expect("read");
-        wait_caught_up(&c, follower, "snap/", &want, Duration::from_secs(10)).await;
+        cl.put("snapz/last", "last", None).await.expect("put");
+        let want = read_prefix(&mut cl, "snapz/", false).await.expect("read");
+        wait_caught_up(&c, follower, "snapz/", &want, Duration::from_secs(10)).await;
     })
     .await;
 }

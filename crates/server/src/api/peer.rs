@@ -129,17 +129,25 @@ impl RaftPeer for PeerService {
             if batch.from != from {
                 return Err(to_status(ServerError::PeerInvalidFrom));
             }
-            let mut msgs = batch.msgs;
+            let mut decoded = Vec::with_capacity(batch.msgs.len() + 1);
+            for bytes in &batch.msgs {
+                decoded.push(Message::parse_from_bytes(bytes));
+            }
             if !batch.fragment.is_empty() || batch.last_fragment {
                 if let Some(whole) = reassembly
                     .push(&batch.fragment, batch.last_fragment)
                     .map_err(to_status)?
                 {
-                    msgs.push(whole);
+                    // a message this large is a snapshot of the whole
+                    // store: decoded off the peer thread
+                    let m = tokio::task::spawn_blocking(move || Message::parse_from_bytes(&whole))
+                        .await
+                        .map_err(|e| Status::internal(format!("decoding a raft message: {e}")))?;
+                    decoded.push(m);
                 }
             }
-            for bytes in msgs {
-                match Message::parse_from_bytes(&bytes) {
+            for m in decoded {
+                match m {
                     Ok(m) => self.step(from, m)?,
                     Err(e) => {
                         pm.failed();

@@ -18,7 +18,7 @@
 
 use super::storage::RaftStorage;
 use raft::eraftpb::{Message, MessageType};
-use raft::{Raft, StateRole};
+use raft::{ProgressState, Raft, StateRole};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ pub struct CommitNotice {
     sent: HashMap<u64, u64>,
     /// Followers that forwarded proposals, with the last log index at the
     /// time: they need the commit as soon as it reaches that index.
-    forwarded: HashMap<u64, u64>,
+    forwarded: Vec<(u64, u64)>,
     /// When the commit index is sent to every follower still behind it.
     due: Option<Instant>,
 }
@@ -56,7 +56,7 @@ impl CommitNotice {
 
     /// A follower's forwarded proposal was appended up to `last_index`.
     pub fn on_forwarded(&mut self, from: u64, last_index: u64) {
-        self.forwarded.insert(from, last_index);
+        self.forwarded.push((from, last_index));
     }
 
     /// Queues the appends that are due in `raft` (sent with its next
@@ -81,20 +81,35 @@ impl CommitNotice {
             })
             .map(|(id, _)| *id)
             .collect();
-        // A forwarded proposal is answered when its follower holds the
-        // entry and knows it committed.
-        self.forwarded.retain(|id, last| {
+        // A forwarded proposal's follower is told as soon as the entry is
+        // committed and sent to it (appends to a replicating follower
+        // arrive in order, so it need not have acknowledged it yet).
+        let mut now_to = Vec::new();
+        self.forwarded.retain(|(id, last)| {
             let Some(pr) = raft.prs().get(*id) else {
                 return false;
             };
-            if *last > committed.min(pr.matched) {
+            let sent_up_to = if pr.state == ProgressState::Replicate {
+                pr.next_idx - 1
+            } else {
+                pr.matched
+            };
+            let can_commit = committed.min(sent_up_to);
+            if *last > can_commit {
                 return true;
             }
-            if lagging.contains(id) {
-                raft.send_append(*id);
+            if can_commit > self.sent.get(id).copied().unwrap_or(0) && !now_to.contains(id) {
+                now_to.push(*id);
             }
             false
         });
+        for id in &now_to {
+            raft.send_append(*id);
+        }
+        let lagging: Vec<u64> = lagging
+            .into_iter()
+            .filter(|id| !now_to.contains(id))
+            .collect();
         if lagging.is_empty() {
             self.due = None;
             return None;

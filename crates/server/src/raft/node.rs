@@ -166,11 +166,11 @@ impl RaftNode {
             self.metrics.read_indexes_failed.inc_by(failed);
             self.metrics.slow_read_indexes.inc_by(failed + again);
             self.maybe_raise_nospace(&mut turn);
-            // Twice: applying may move the commit index a follower is
-            // waiting for (see CommitNotice).
-            for _ in 0..2 {
+            // Up to two Readies: applying may move the commit index a
+            // follower is waiting for (see CommitNotice).
+            for readies in 0.. {
                 turn.notice_due = turn.notice.check(&mut self.raw.raft, Instant::now());
-                if !self.raw.has_ready() {
+                if readies == 2 || !self.raw.has_ready() {
                     break;
                 }
                 let applied = self.on_ready(&mut turn);
@@ -656,6 +656,7 @@ impl RaftNode {
         tracing::info!(
             index = meta.index,
             term = meta.term,
+            snapshot_bytes = snap.data.len(),
             "applying snapshot from leader"
         );
         fp::point("raft_before_apply_snapshot");

@@ -20,12 +20,14 @@ use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
 use retcd_api::retcdpb::{Member, MembersRequest, RaftBatch};
 use std::collections::VecDeque;
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc as tmpsc;
+use tokio::sync::oneshot;
 use tokio_stream::Stream;
 
 const PEER_QUEUE: usize = 4096;
@@ -66,7 +68,7 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     /// Protects the per-peer queues (member id → queue). Written when the
     /// member list changes; read on every send.
-    peers: RwLock<HashMap<u64, tmpsc::Sender<Message>>>,
+    peers: RwLock<HashMap<u64, Peer>>,
     /// Protects, per peer, since when its stream has been connected
     /// (etcd's `ActiveSince`; absent while the peer is unreachable). Read by
     /// the strict reconfiguration checks.
@@ -103,6 +105,13 @@ pub fn peer_runtime() -> tokio::runtime::Handle {
         .clone()
 }
 
+/// A peer's entry in the transport: its queue, and what stops its sender
+/// task when the entry goes (removed, or its URLs changed).
+struct Peer {
+    queue: tmpsc::Sender<Message>,
+    _stop: oneshot::Sender<()>,
+}
+
 impl Transport {
     /// A transport for member `self_id` of `cluster_id` feeding `raft`,
     /// dialing with `dialer`; its sender tasks run on [`peer_runtime`].
@@ -135,11 +144,16 @@ impl Transport {
         if id == self.inner.self_id || peers.contains_key(&id) {
             return;
         }
-        let (tx, rx) = tmpsc::channel(PEER_QUEUE);
-        peers.insert(id, tx);
-        self.inner
-            .runtime
-            .spawn(peer_sender(id, urls.to_vec(), rx, self.inner.clone()));
+        let (queue, rx) = tmpsc::channel(PEER_QUEUE);
+        let (stop, stopped) = oneshot::channel();
+        peers.insert(id, Peer { queue, _stop: stop });
+        self.inner.runtime.spawn(peer_sender(
+            id,
+            urls.to_vec(),
+            rx,
+            stopped,
+            self.inner.clone(),
+        ));
     }
 
     /// Stops sending to a removed peer (its task ends when its queue
@@ -176,7 +190,7 @@ impl Transport {
             let is_snap = m.get_msg_type() == MessageType::MsgSnapshot;
             let Some(q) = peers.get(&to) else { continue };
             let heartbeat = m.get_msg_type() == MessageType::MsgHeartbeat;
-            if q.try_send(m).is_err() {
+            if q.queue.try_send(m).is_err() {
                 let metrics = crate::metrics::global();
                 metrics.peer_send_failed(to);
                 if heartbeat {
@@ -191,8 +205,14 @@ impl Transport {
     }
 }
 
-async fn peer_sender(to: u64, urls: Vec<String>, rx: tmpsc::Receiver<Message>, inner: Arc<Inner>) {
-    let rx: PeerQueue = Arc::new(parking_lot::Mutex::new(rx));
+async fn peer_sender(
+    to: u64,
+    urls: Vec<String>,
+    rx: tmpsc::Receiver<Message>,
+    mut stopped: oneshot::Receiver<()>,
+    inner: Arc<Inner>,
+) {
+    let rx: PeerQueue = Arc::new(parking_lot::Mutex::new(Queue { rx, body: 0 }));
     let (self_id, raft) = (inner.self_id, inner.raft.clone());
     // `etcd_network_active_peers` follows what this task saw (up once per
     // connected stream, down when it breaks or the task ends)
@@ -201,11 +221,15 @@ async fn peer_sender(to: u64, urls: Vec<String>, rx: tmpsc::Receiver<Message>, i
         AtomicBool::new(false),
     );
     let set_active = |up: bool| {
-        let mut a = inner.active.write();
-        if !up {
-            a.remove(&to);
-        } else if inner.peers.read().contains_key(&to) {
-            a.entry(to).or_insert_with(Instant::now);
+        // (a task whose queue closed leaves `active` to the peer's next
+        // task, if its URLs changed)
+        if !rx.lock().rx.is_closed() {
+            let mut a = inner.active.write();
+            if !up {
+                a.remove(&to);
+            } else if inner.peers.read().contains_key(&to) {
+                a.entry(to).or_insert_with(Instant::now);
+            }
         }
         pm.set(up);
     };
@@ -244,7 +268,7 @@ async fn peer_sender(to: u64, urls: Vec<String>, rx: tmpsc::Receiver<Message>, i
                 {
                     let mut q = rx.lock();
                     loop {
-                        match q.try_recv() {
+                        match q.rx.try_recv() {
                             Ok(m) => {
                                 pm.0.send_failed(1);
                                 had_snapshot |= m.get_msg_type() == MessageType::MsgSnapshot
@@ -267,22 +291,20 @@ async fn peer_sender(to: u64, urls: Vec<String>, rx: tmpsc::Receiver<Message>, i
             RaftPeerClient::new(channel.clone()),
             pm.0.rtt.clone(),
         )));
-        let client = RaftPeerClient::new(channel)
+        let mut client = RaftPeerClient::new(channel)
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
-        let body = PeerBatches {
-            rx: rx.clone(),
-            from: self_id,
-            waiting: VecDeque::new(),
-            raft: raft.clone(),
-            metrics: pm.0.clone(),
-        };
+        let body = PeerBatches::new(rx.clone(), (self_id, to), raft.clone(), pm.0.clone());
         let request = stream_request(body, inner.cluster_id, self_id, to);
         set_active(true);
-        let res = { client }.stream(request).await;
+        let res = tokio::select! {
+            res = client.stream(request) => res,
+            // removed, or its URLs changed (a new task sends to it):
+            // dropping the call resets the stream
+            _ = &mut stopped => return,
+        };
         set_active(false);
-        if rx.lock().is_closed() {
-            // removed, or its URLs changed (a new task sends to it)
+        if rx.lock().rx.is_closed() {
             return;
         }
         if let Err(st) = &res {
@@ -298,42 +320,108 @@ async fn peer_sender(to: u64, urls: Vec<String>, rx: tmpsc::Receiver<Message>, i
 /// A peer's queue of raft messages: filled by the raft thread
 /// ([`Transport::send`]), drained by the body of the stream open to the
 /// peer, or by its sender task while no stream is. The lock protects the
-/// receiver; it is held only to take messages out, never across `.await`.
-type PeerQueue = Arc<parking_lot::Mutex<tmpsc::Receiver<Message>>>;
+/// receiver and the number of the body allowed to drain it; it is held
+/// only to take messages out, never across `.await`.
+type PeerQueue = Arc<parking_lot::Mutex<Queue>>;
+
+struct Queue {
+    rx: tmpsc::Receiver<Message>,
+    /// The newest body: an older one still polled by a dying stream ends
+    /// instead of taking messages (the receiver keeps one waker: the
+    /// live body's must be the one it wakes).
+    body: u64,
+}
+
+/// Batches ready to yield; `Some(peer)` marks the last piece of a snapshot
+/// to that peer (reported sent once yielded, failed if never).
+type Ready = VecDeque<(RaftBatch, Option<u64>)>;
 
 /// The request body of a peer stream. When hyper polls it (it has room
 /// to send), it takes every message queued for the peer and yields them as
-/// one `RaftBatch` (a message larger than [`FRAGMENT`] as fragments).
-/// The raft thread's send wakes the task writing this body directly, with
-/// no task in between. The stream ends when the queue closes (the peer
-/// was removed or its URLs changed).
+/// one `RaftBatch`. The raft thread's send wakes the task writing this body
+/// directly, with no task in between. A snapshot (the whole store) is
+/// encoded and cut into [`FRAGMENT`]s on a blocking thread, not on the
+/// peer thread. The stream ends when the queue closes.
 struct PeerBatches {
-    rx: PeerQueue,
+    queue: PeerQueue,
+    /// This body's number (see [`Queue::body`]).
+    id: u64,
     from: u64,
-    /// Batches taken out of the queue and not yielded yet (fragments, or a
-    /// batch behind them).
-    waiting: VecDeque<RaftBatch>,
+    /// The peer (every message in the queue is to it).
+    to: u64,
+    /// Batches taken out of the queue and not yielded yet.
+    waiting: Ready,
+    /// A snapshot being encoded; nothing queued after it is taken before
+    /// it is in `waiting`.
+    encoding: Option<tokio::task::JoinHandle<Ready>>,
     /// For snapshot reports.
     raft: RaftSender,
     metrics: crate::metrics::PeerMetrics,
 }
 
 impl PeerBatches {
+    fn new(
+        queue: PeerQueue,
+        (from, to): (u64, u64),
+        raft: RaftSender,
+        metrics: crate::metrics::PeerMetrics,
+    ) -> Self {
+        let id = {
+            let mut q = queue.lock();
+            q.body += 1;
+            q.body
+        };
+        PeerBatches {
+            queue,
+            id,
+            from,
+            to,
+            waiting: VecDeque::new(),
+            encoding: None,
+            raft,
+            metrics,
+        }
+    }
+
     /// Takes `first` and whatever else is queued (up to 512 messages or
-    /// [`BATCH_BYTES`]) into `waiting`; a snapshot is reported sent once it
-    /// is in the body.
+    /// [`BATCH_BYTES`], and nothing after a snapshot) into `waiting`, or
+    /// starts encoding the snapshot.
     fn take(&mut self, first: Message, rx: &mut tmpsc::Receiver<Message>) {
         let mut msgs = Vec::new();
         let mut bytes = 0;
         let mut next = Some(first);
         while let Some(m) = next.take() {
             if m.get_msg_type() == MessageType::MsgSnapshot {
-                let _ = self.raft.send(RaftInput::SnapshotReport(m.to, true));
+                self.push(std::mem::take(&mut msgs));
+                let from = self.from;
+                self.encoding = Some(tokio::task::spawn_blocking(move || {
+                    let to = m.to;
+                    let data = m.write_to_bytes().expect("encode raft message");
+                    let mut parts: Ready = VecDeque::new();
+                    if data.len() > FRAGMENT {
+                        parts.extend(fragments(from, &data).into_iter().map(|b| (b, None)));
+                    } else {
+                        parts.push_back((
+                            RaftBatch {
+                                from,
+                                msgs: vec![data],
+                                ..Default::default()
+                            },
+                            None,
+                        ));
+                    }
+                    if let Some(last) = parts.back_mut() {
+                        last.1 = Some(to);
+                    }
+                    parts
+                }));
+                return;
             }
             let data = m.write_to_bytes().expect("encode raft message");
             if data.len() > FRAGMENT {
                 self.push(std::mem::take(&mut msgs));
-                self.waiting.extend(fragments(self.from, &data));
+                self.waiting
+                    .extend(fragments(self.from, &data).into_iter().map(|b| (b, None)));
                 bytes = 0;
             } else {
                 bytes += data.len();
@@ -348,18 +436,25 @@ impl PeerBatches {
 
     fn push(&mut self, msgs: Vec<Vec<u8>>) {
         if !msgs.is_empty() {
-            self.waiting.push_back(RaftBatch {
-                from: self.from,
-                msgs,
-                ..Default::default()
-            });
+            self.waiting.push_back((
+                RaftBatch {
+                    from: self.from,
+                    msgs,
+                    ..Default::default()
+                },
+                None,
+            ));
         }
     }
 
-    fn yielded(&self, b: RaftBatch) -> Poll<Option<RaftBatch>> {
+    fn yield_next(&mut self) -> Option<RaftBatch> {
+        let (b, snapshot_to) = self.waiting.pop_front()?;
         let n = b.msgs.iter().map(|m| m.len()).sum::<usize>() + b.fragment.len();
         self.metrics.sent_bytes.inc_by(n as u64);
-        Poll::Ready(Some(b))
+        if let Some(to) = snapshot_to {
+            let _ = self.raft.send(RaftInput::SnapshotReport(to, true));
+        }
+        Some(b)
     }
 }
 
@@ -368,36 +463,51 @@ impl Stream for PeerBatches {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RaftBatch>> {
         let this = &mut *self;
-        if let Some(b) = this.waiting.pop_front() {
-            return this.yielded(b);
-        }
-        let queue = this.rx.clone();
-        let mut rx = queue.lock();
-        match rx.poll_recv(cx) {
-            Poll::Ready(Some(first)) => {
-                this.take(first, &mut rx);
-                match this.waiting.pop_front() {
-                    Some(b) => this.yielded(b),
-                    // (`take` always queues one; poll again if not)
-                    None => {
-                        cx.waker().wake_by_ref();
-                        Poll::Pending
-                    }
-                }
+        loop {
+            if let Some(b) = this.yield_next() {
+                return Poll::Ready(Some(b));
             }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
+            if let Some(encoding) = this.encoding.as_mut() {
+                let parts = std::task::ready!(Pin::new(encoding).poll(cx));
+                this.encoding = None;
+                match parts {
+                    Ok(parts) => this.waiting.extend(parts),
+                    // (the encoding panicked: raft sends the snapshot again)
+                    Err(_) => return Poll::Ready(None),
+                }
+                continue;
+            }
+            let queue = this.queue.clone();
+            let mut q = queue.lock();
+            if q.body != this.id {
+                // a newer stream drains the queue
+                return Poll::Ready(None);
+            }
+            match q.rx.poll_recv(cx) {
+                Poll::Ready(Some(first)) => this.take(first, &mut q.rx),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
         }
     }
 }
 
 impl Drop for PeerBatches {
     /// Batches taken but never sent (the stream broke) are counted as
-    /// failed sends; raft sends them again.
+    /// failed sends (raft sends them again), and a snapshot among them is
+    /// reported failed.
     fn drop(&mut self) {
-        let n: usize = self.waiting.iter().map(|b| b.msgs.len().max(1)).sum();
+        let n: usize = self.waiting.iter().map(|(b, _)| b.msgs.len().max(1)).sum();
         if n > 0 {
             self.metrics.send_failed(n as u64);
+        }
+        let snapshot_to = self.waiting.iter().find_map(|(_, to)| *to);
+        if let Some(to) = snapshot_to {
+            let _ = self.raft.send(RaftInput::SnapshotReport(to, false));
+        } else if let Some(encoding) = self.encoding.take() {
+            encoding.abort();
+            self.metrics.send_failed(1);
+            let _ = self.raft.send(RaftInput::SnapshotReport(self.to, false));
         }
     }
 }
