@@ -129,9 +129,16 @@ impl RaftPeer for PeerService {
             if batch.from != from {
                 return Err(to_status(ServerError::PeerInvalidFrom));
             }
-            let mut decoded = Vec::with_capacity(batch.msgs.len() + 1);
+            let step = |m: protobuf::ProtobufResult<Message>| match m {
+                Ok(m) => self.step(from, m),
+                Err(e) => {
+                    pm.failed();
+                    tracing::warn!(from = %Hex(from), error = %e, "undecodable raft message from peer");
+                    Ok(())
+                }
+            };
             for bytes in &batch.msgs {
-                decoded.push(Message::parse_from_bytes(bytes));
+                step(Message::parse_from_bytes(bytes))?;
             }
             if !batch.fragment.is_empty() || batch.last_fragment {
                 if let Some(whole) = reassembly
@@ -143,16 +150,7 @@ impl RaftPeer for PeerService {
                     let m = tokio::task::spawn_blocking(move || Message::parse_from_bytes(&whole))
                         .await
                         .map_err(|e| Status::internal(format!("decoding a raft message: {e}")))?;
-                    decoded.push(m);
-                }
-            }
-            for m in decoded {
-                match m {
-                    Ok(m) => self.step(from, m)?,
-                    Err(e) => {
-                        pm.failed();
-                        tracing::warn!(from = %Hex(from), error = %e, "undecodable raft message from peer")
-                    }
+                    step(m)?;
                 }
             }
         }

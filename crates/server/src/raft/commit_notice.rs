@@ -59,32 +59,27 @@ impl CommitNotice {
         self.forwarded.push((from, last_index));
     }
 
+    /// When the commit index is next sent on its own, if it is pending.
+    pub fn due(&self) -> Option<Instant> {
+        self.due
+    }
+
     /// Queues the appends that are due in `raft` (sent with its next
-    /// Ready); returns when the next one falls due, if any is pending.
-    pub fn check(&mut self, raft: &mut Raft<RaftStorage>, now: Instant) -> Option<Instant> {
+    /// Ready) and sets when the next one falls due.
+    pub fn check(&mut self, raft: &mut Raft<RaftStorage>, now: Instant) {
         if raft.state != StateRole::Leader {
             self.sent.clear();
             self.forwarded.clear();
             self.due = None;
-            return None;
+            return;
         }
         // Messages raft queued go out with the next Ready.
         self.on_send(&raft.msgs);
-        // A follower can use a newer commit index up to what it holds.
         let committed = raft.raft_log.committed;
-        let me = raft.id;
-        let lagging: Vec<u64> = raft
-            .prs()
-            .iter()
-            .filter(|(id, pr)| {
-                **id != me && committed.min(pr.matched) > self.sent.get(id).copied().unwrap_or(0)
-            })
-            .map(|(id, _)| *id)
-            .collect();
         // A forwarded proposal's follower is told as soon as the entry is
         // committed and sent to it (appends to a replicating follower
         // arrive in order, so it need not have acknowledged it yet).
-        let mut now_to = Vec::new();
+        let mut told = Vec::new();
         self.forwarded.retain(|(id, last)| {
             let Some(pr) = raft.prs().get(*id) else {
                 return false;
@@ -98,36 +93,37 @@ impl CommitNotice {
             if *last > can_commit {
                 return true;
             }
-            if can_commit > self.sent.get(id).copied().unwrap_or(0) && !now_to.contains(id) {
-                now_to.push(*id);
+            if can_commit > self.sent.get(id).copied().unwrap_or(0) && !told.contains(id) {
+                told.push(*id);
             }
             false
         });
-        for id in &now_to {
+        for id in &told {
             raft.send_append(*id);
         }
-        let lagging: Vec<u64> = lagging
-            .into_iter()
-            .filter(|id| !now_to.contains(id))
+        // The others: a follower can use a newer commit index up to what
+        // it holds.
+        let me = raft.id;
+        let lagging: Vec<u64> = raft
+            .prs()
+            .iter()
+            .filter(|(id, pr)| {
+                **id != me
+                    && !told.contains(id)
+                    && committed.min(pr.matched) > self.sent.get(id).copied().unwrap_or(0)
+            })
+            .map(|(id, _)| *id)
             .collect();
-        if lagging.is_empty() {
-            self.due = None;
-            return None;
-        }
-        match self.due {
+        self.due = match self.due {
+            _ if lagging.is_empty() => None,
             Some(due) if now >= due => {
-                self.due = None;
                 for id in lagging {
                     raft.send_append(id);
                 }
                 None
             }
             Some(due) => Some(due),
-            None => {
-                let due = now + DELAY;
-                self.due = Some(due);
-                Some(due)
-            }
-        }
+            None => Some(now + DELAY),
+        };
     }
 }

@@ -94,10 +94,8 @@ struct Turn {
     nospace_due: bool,
     nospace_proposed: Option<Instant>,
     stop: Option<oneshot::Sender<()>>,
-    /// When followers learn of commits (leader only), and when it next
-    /// has to send one on its own.
+    /// When followers learn of commits (leader only).
     notice: CommitNotice,
-    notice_due: Option<Instant>,
 }
 
 /// A removed member exits this long after it learnt of its removal (etcd
@@ -134,7 +132,7 @@ impl RaftNode {
         // Whether the lessor is primary (see the promote below).
         let mut lessor_primary = false;
         loop {
-            let wake = turn.notice_due.map_or(next_tick, |d| d.min(next_tick));
+            let wake = turn.notice.due().map_or(next_tick, |d| d.min(next_tick));
             let timeout = if self.raw.has_ready() {
                 Duration::ZERO
             } else {
@@ -169,7 +167,7 @@ impl RaftNode {
             // Up to two Readies: applying may move the commit index a
             // follower is waiting for (see CommitNotice).
             for readies in 0.. {
-                turn.notice_due = turn.notice.check(&mut self.raw.raft, Instant::now());
+                turn.notice.check(&mut self.raw.raft, Instant::now());
                 if readies == 2 || !self.raw.has_ready() {
                     break;
                 }

@@ -332,9 +332,9 @@ struct Queue {
     body: u64,
 }
 
-/// Batches ready to yield; `Some(peer)` marks the last piece of a snapshot
-/// to that peer (reported sent once yielded, failed if never).
-type Ready = VecDeque<(RaftBatch, Option<u64>)>;
+/// Batches ready to yield; `true` marks the last piece of a snapshot
+/// (reported sent once yielded, failed if never).
+type Ready = VecDeque<(RaftBatch, bool)>;
 
 /// The request body of a peer stream. When hyper polls it (it has room
 /// to send), it takes every message queued for the peer and yields them as
@@ -395,23 +395,22 @@ impl PeerBatches {
                 self.push(std::mem::take(&mut msgs));
                 let from = self.from;
                 self.encoding = Some(tokio::task::spawn_blocking(move || {
-                    let to = m.to;
                     let data = m.write_to_bytes().expect("encode raft message");
-                    let mut parts: Ready = VecDeque::new();
-                    if data.len() > FRAGMENT {
-                        parts.extend(fragments(from, &data).into_iter().map(|b| (b, None)));
+                    let mut parts: Ready = if data.len() > FRAGMENT {
+                        fragments(from, &data)
+                            .into_iter()
+                            .map(|b| (b, false))
+                            .collect()
                     } else {
-                        parts.push_back((
-                            RaftBatch {
-                                from,
-                                msgs: vec![data],
-                                ..Default::default()
-                            },
-                            None,
-                        ));
-                    }
+                        let b = RaftBatch {
+                            from,
+                            msgs: vec![data],
+                            ..Default::default()
+                        };
+                        VecDeque::from([(b, false)])
+                    };
                     if let Some(last) = parts.back_mut() {
-                        last.1 = Some(to);
+                        last.1 = true;
                     }
                     parts
                 }));
@@ -421,7 +420,7 @@ impl PeerBatches {
             if data.len() > FRAGMENT {
                 self.push(std::mem::take(&mut msgs));
                 self.waiting
-                    .extend(fragments(self.from, &data).into_iter().map(|b| (b, None)));
+                    .extend(fragments(self.from, &data).into_iter().map(|b| (b, false)));
                 bytes = 0;
             } else {
                 bytes += data.len();
@@ -442,17 +441,17 @@ impl PeerBatches {
                     msgs,
                     ..Default::default()
                 },
-                None,
+                false,
             ));
         }
     }
 
     fn yield_next(&mut self) -> Option<RaftBatch> {
-        let (b, snapshot_to) = self.waiting.pop_front()?;
+        let (b, snapshot_end) = self.waiting.pop_front()?;
         let n = b.msgs.iter().map(|m| m.len()).sum::<usize>() + b.fragment.len();
         self.metrics.sent_bytes.inc_by(n as u64);
-        if let Some(to) = snapshot_to {
-            let _ = self.raft.send(RaftInput::SnapshotReport(to, true));
+        if snapshot_end {
+            let _ = self.raft.send(RaftInput::SnapshotReport(self.to, true));
         }
         Some(b)
     }
@@ -501,12 +500,12 @@ impl Drop for PeerBatches {
         if n > 0 {
             self.metrics.send_failed(n as u64);
         }
-        let snapshot_to = self.waiting.iter().find_map(|(_, to)| *to);
-        if let Some(to) = snapshot_to {
-            let _ = self.raft.send(RaftInput::SnapshotReport(to, false));
-        } else if let Some(encoding) = self.encoding.take() {
+        let encoding = self.encoding.take();
+        if let Some(encoding) = &encoding {
             encoding.abort();
             self.metrics.send_failed(1);
+        }
+        if encoding.is_some() || self.waiting.iter().any(|(_, snapshot_end)| *snapshot_end) {
             let _ = self.raft.send(RaftInput::SnapshotReport(self.to, false));
         }
     }
