@@ -234,9 +234,9 @@ impl TreeIndex {
             if ki.is_empty() {
                 empty.push(k.clone());
             }
-            last = Some(k.clone());
+            last = Some(k);
         }
-        let more = last.and_then(|l| {
+        let more = last.cloned().and_then(|l| {
             self.tree
                 .range::<[u8], _>((Bound::Excluded(l.as_slice()), Bound::Unbounded))
                 .next()
