@@ -309,3 +309,149 @@ async fn compressed_requests_get_unimplemented() {
     })
     .await;
 }
+
+/// A unary request body of exactly these bytes (the gRPC prefix included).
+struct RawBody(Option<bytes::Bytes>);
+
+impl http_body::Body for RawBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.take().map(|b| Ok(http_body::Frame::data(b))))
+    }
+}
+
+/// Sends `body` as the whole request body of a gRPC call to `path`; the
+/// call's status code and (percent-decoded) message, from the headers of a
+/// trailers-only answer or from the trailers.
+async fn raw_call(ch: &Channel, path: &str, body: Vec<u8>) -> (i32, String) {
+    use http_body::Body as _;
+    use tonic::codegen::{http, Service};
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://retcd{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(tonic::body::Body::new(RawBody(Some(body.into()))))
+        .expect("request");
+    let mut ch = ch.clone();
+    std::future::poll_fn(|cx| ch.poll_ready(cx))
+        .await
+        .expect("ready");
+    let resp = ch.call(req).await.expect("an HTTP answer");
+    let (parts, body) = resp.into_parts();
+    let mut status = parts.headers.clone();
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        if let Ok(t) = frame.expect("the body").into_trailers() {
+            status.extend(t);
+        }
+    }
+    let code = status
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("a grpc-status");
+    let msg = status.get("grpc-message").map_or(String::new(), |v| {
+        percent_encoding::percent_decode(v.as_bytes())
+            .decode_utf8_lossy()
+            .into_owned()
+    });
+    (code, msg)
+}
+
+/// Bodies that are not one well-formed gRPC message, sent to unary KV
+/// methods without any client library: grpc-go's codes and messages, as
+/// etcd 3.4 and 3.5 answer them (Unknown "EOF" / "unexpected EOF" for a
+/// missing or cut message, Internal for a compressed or unknown format and
+/// for bytes that are not the request); a message after the first is not
+/// looked at. Nothing bad is written and the member keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_grpc_bodies_get_grpc_gos_errors() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
+        let ch = channel(&c).await;
+        let framed = |flag: u8, msg: &[u8], len: Option<u32>| {
+            let mut b = vec![flag];
+            b.extend_from_slice(&len.unwrap_or(msg.len() as u32).to_be_bytes());
+            b.extend_from_slice(msg);
+            b
+        };
+        use tonic_prost::prost::Message as _;
+        let put = |k: &str| {
+            PutRequest {
+                key: k.as_bytes().to_vec(),
+                value: b"v".to_vec(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        let garbage = [0xffu8, 0xff, 0xff];
+        let unmarshal = "grpc: error unmarshalling request: ";
+        let cases: Vec<(&str, Vec<u8>, i32, &str)> = vec![
+            (
+                "compressed flag",
+                framed(1, &put("bad1"), None),
+                13,
+                "grpc: compressed flag set with identity or empty encoding",
+            ),
+            (
+                "unknown format",
+                framed(2, &put("bad2"), None),
+                13,
+                "grpc: received unexpected payload format 2",
+            ),
+            (
+                "cut message",
+                framed(0, &put("bad3"), Some(100)),
+                2,
+                "unexpected EOF",
+            ),
+            ("cut prefix", vec![0, 0], 2, "unexpected EOF"),
+            ("no message", Vec::new(), 2, "EOF"),
+            ("not a request", framed(0, &garbage, None), 13, unmarshal),
+        ];
+        for path in [
+            "/etcdserverpb.KV/Put",
+            "/etcdserverpb.KV/Txn",
+            "/etcdserverpb.KV/Range",
+        ] {
+            for (what, body, code, msg) in &cases {
+                let (got_code, got_msg) = raw_call(&ch, path, body.clone()).await;
+                assert_eq!(got_code, *code, "{path} {what}: {got_msg}");
+                if *msg == unmarshal {
+                    assert!(got_msg.starts_with(msg), "{path} {what}: {got_msg}");
+                } else {
+                    assert_eq!(got_msg, *msg, "{path} {what}");
+                }
+            }
+        }
+        // two messages in a unary call: the first is served
+        let mut two = framed(0, &put("first"), None);
+        two.extend(framed(0, &garbage, None));
+        assert_eq!(
+            raw_call(&ch, "/etcdserverpb.KV/Put", two).await,
+            (0, String::new())
+        );
+        let mut kv = KvClient::new(ch);
+        let all = kv
+            .range(RangeRequest {
+                key: vec![0],
+                range_end: vec![0],
+                ..Default::default()
+            })
+            .await
+            .expect("range")
+            .into_inner();
+        let keys: Vec<_> = all
+            .kvs
+            .iter()
+            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+            .collect();
+        assert_eq!(keys, ["first"], "only the well-formed put was applied");
+    })
+    .await;
+}

@@ -20,6 +20,7 @@
 //! etcd) get theirs on first call. The children of each method are made
 //! once, so a call only finds its method by path.
 
+use crate::api::error_map::GRPC_STATUS;
 use crate::metrics::{extensive, global};
 use axum::http;
 use bytes::Bytes;
@@ -128,6 +129,9 @@ const CODES: [&str; 17] = [
     "DataLoss",
     "Unauthenticated",
 ];
+/// The header etcd's clients name their API version in.
+const CLIENT_API_VERSION: http::HeaderName = http::HeaderName::from_static("client-api-version");
+
 const CANCELED: usize = 1;
 const UNKNOWN: usize = 2;
 
@@ -237,7 +241,7 @@ impl Call {
         let start = Instant::now();
         c.started.inc();
         let version = headers
-            .get("client-api-version")
+            .get(CLIENT_API_VERSION)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("unknown");
         global().client_requests.inc(c.kind != Kind::Unary, version);
@@ -267,7 +271,7 @@ impl Call {
     pub(crate) fn response(self, mut resp: http::Response<Body>) -> http::Response<Body> {
         crate::api::error_map::grpc_go_size_error(resp.headers_mut());
         // a trailers-only answer: the status is in the headers
-        let code = resp.headers().get("grpc-status").map(code_of);
+        let code = resp.headers().get(GRPC_STATUS).map(code_of);
         if let Some(code) = code {
             self.c.finish(code, self.start);
         }
@@ -416,7 +420,7 @@ impl http_body::Body for Counted {
                 } else if let Some(t) = f.trailers_ref() {
                     if !*done {
                         *done = true;
-                        let code = t.get("grpc-status").map_or(UNKNOWN, code_of);
+                        let code = t.get(GRPC_STATUS).map_or(UNKNOWN, code_of);
                         c.finish(code, *start);
                     }
                 }

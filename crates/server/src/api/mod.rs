@@ -26,9 +26,16 @@ use crate::server::EtcdServer;
 /// the verified client certificate's common name as the client port's
 /// guard passed it on.
 pub fn credentials(server: &EtcdServer, md: &tonic::metadata::MetadataMap) -> Credentials {
+    credentials_in(server, md.as_ref())
+}
+
+/// [`credentials`] from a request's headers.
+pub fn credentials_in(server: &EtcdServer, md: &axum::http::HeaderMap) -> Credentials {
+    // (a constant name is not parsed again at every lookup)
+    const TOKEN: axum::http::HeaderName = axum::http::HeaderName::from_static("token");
     let token = md
-        .get("token")
-        .or_else(|| md.get("authorization"))
+        .get(TOKEN)
+        .or_else(|| md.get(axum::http::header::AUTHORIZATION))
         .map(|v| v.to_str().unwrap_or_default())
         .map(|t| t.strip_prefix("Bearer ").unwrap_or(t).to_string());
     let cert_cn = server

@@ -4,13 +4,17 @@
 //! compressed requests.
 
 use tonic::codegen::http;
+use tonic::codegen::http::HeaderName;
 use tonic::Status;
+
+/// (a constant header name is not parsed again at every lookup)
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 
 /// Refuses a compressed request as etcd (grpc-go without decompressors)
 /// does, before any service sees it: `identity` (or no `grpc-encoding`)
 /// passes; anything else is UNIMPLEMENTED.
 pub(crate) fn refuse_compressed(headers: &http::HeaderMap) -> Result<(), Status> {
-    match headers.get("grpc-encoding") {
+    match headers.get(GRPC_ENCODING) {
         Some(enc) if enc.as_bytes() != b"identity" => Err(Status::unimplemented(format!(
             "grpc: Decompressor is not installed for grpc-encoding \"{}\"",
             String::from_utf8_lossy(enc.as_bytes())
