@@ -310,8 +310,12 @@ async fn compressed_requests_get_unimplemented() {
     .await;
 }
 
-/// A unary request body of exactly these bytes (the gRPC prefix included).
-struct RawBody(Option<bytes::Bytes>);
+/// A unary request body of exactly these bytes (the gRPC prefix included),
+/// then these trailers, if any.
+struct RawBody(
+    Option<bytes::Bytes>,
+    Option<tonic::codegen::http::HeaderMap>,
+);
 
 impl http_body::Body for RawBody {
     type Data = bytes::Bytes;
@@ -321,7 +325,11 @@ impl http_body::Body for RawBody {
         mut self: std::pin::Pin<&mut Self>,
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        std::task::Poll::Ready(self.0.take().map(|b| Ok(http_body::Frame::data(b))))
+        let f = match self.0.take() {
+            Some(b) => Some(http_body::Frame::data(b)),
+            None => self.1.take().map(http_body::Frame::trailers),
+        };
+        std::task::Poll::Ready(f.map(Ok))
     }
 }
 
@@ -329,20 +337,50 @@ impl http_body::Body for RawBody {
 /// call's status code and (percent-decoded) message, from the headers of a
 /// trailers-only answer or from the trailers.
 async fn raw_call(ch: &Channel, path: &str, body: Vec<u8>) -> (i32, String) {
+    raw_call_with(ch, path, body, &[], &[]).await
+}
+
+/// [`raw_call`] with these extra request headers and request trailers.
+async fn raw_call_with(
+    ch: &Channel,
+    path: &str,
+    body: Vec<u8>,
+    headers: &[(&'static str, &str)],
+    trailers: &[(&'static str, &str)],
+) -> (i32, String) {
     use http_body::Body as _;
     use tonic::codegen::{http, Service};
-    let req = http::Request::builder()
+    let mut req = http::Request::builder()
         .method("POST")
         .uri(format!("http://retcd{path}"))
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(tonic::body::Body::new(RawBody(Some(body.into()))))
+        .header("te", "trailers");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let trailers = (!trailers.is_empty()).then(|| {
+        trailers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    http::HeaderName::from_static(k),
+                    http::HeaderValue::from_str(v).expect("value"),
+                )
+            })
+            .collect::<http::HeaderMap>()
+    });
+    let req = req
+        .body(tonic::body::Body::new(RawBody(Some(body.into()), trailers)))
         .expect("request");
     let mut ch = ch.clone();
     std::future::poll_fn(|cx| ch.poll_ready(cx))
         .await
         .expect("ready");
-    let resp = ch.call(req).await.expect("an HTTP answer");
+    let resp = match ch.call(req).await {
+        Ok(r) => r,
+        // (a reset stream: code -1)
+        Err(e) => return (-1, e.to_string()),
+    };
     let (parts, body) = resp.into_parts();
     let mut status = parts.headers.clone();
     let mut body = std::pin::pin!(body);
@@ -413,6 +451,20 @@ async fn malformed_grpc_bodies_get_grpc_gos_errors() {
             ("cut prefix", vec![0, 0], 2, "unexpected EOF"),
             ("no message", Vec::new(), 2, "EOF"),
             ("not a request", framed(0, &garbage, None), 13, unmarshal),
+            // grpc-go's order: the size first, then the whole message,
+            // then its format
+            (
+                "compressed and too large",
+                framed(1, &put("bad4"), Some(3 << 20)),
+                8,
+                "grpc: received message larger than max (3145728 vs. 2097152)",
+            ),
+            (
+                "compressed and cut",
+                framed(1, &put("bad5"), Some(100)),
+                2,
+                "unexpected EOF",
+            ),
         ];
         for path in [
             "/etcdserverpb.KV/Put",
@@ -452,6 +504,99 @@ async fn malformed_grpc_bodies_get_grpc_gos_errors() {
             .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
             .collect();
         assert_eq!(keys, ["first"], "only the well-formed put was applied");
+    })
+    .await;
+}
+
+/// Request trailers are not metadata: a token (or anything else) sent in
+/// them never authenticates a call. etcd (grpc-go) resets a stream whose
+/// request has trailers (PROTOCOL_ERROR); retcd drops them and serves the
+/// call as sent without them. tonic would have merged a unary call's
+/// request trailers into its metadata over the headers, letting a client
+/// name itself after the client port's guard looked (the
+/// verified-certificate header it sets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_trailers_carry_no_credentials() {
+    use retcd_api::etcdserverpb::{
+        AuthEnableRequest, AuthUserGrantRoleRequest, AuthenticateRequest,
+    };
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
+        let ch = channel(&c).await;
+        let mut auth = AuthClient::new(ch.clone());
+        auth.user_add(AuthUserAddRequest {
+            name: "root".into(),
+            password: "pw".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("root");
+        auth.user_grant_role(AuthUserGrantRoleRequest {
+            user: "root".into(),
+            role: "root".into(),
+        })
+        .await
+        .expect("grant");
+        auth.auth_enable(AuthEnableRequest {})
+            .await
+            .expect("enable");
+        let token = auth
+            .authenticate(AuthenticateRequest {
+                name: "root".into(),
+                password: "pw".into(),
+            })
+            .await
+            .expect("authenticate")
+            .into_inner()
+            .token;
+        use tonic_prost::prost::Message as _;
+        let framed = |msg: Vec<u8>| {
+            let mut b = vec![0];
+            b.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+            b.extend_from_slice(&msg);
+            b
+        };
+        let put = framed(
+            PutRequest {
+                key: b"t".to_vec(),
+                value: b"v".to_vec(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        );
+        let list = framed(Vec::new());
+        let empty = "etcdserver: user name is empty";
+        let mut kv = KvClient::new(ch.clone());
+        for (path, body) in [
+            ("/etcdserverpb.KV/Put", &put),
+            ("/etcdserverpb.Auth/UserList", &list),
+        ] {
+            let none = raw_call_with(&ch, path, body.clone(), &[], &[]).await;
+            assert_eq!(none, (3, empty.to_string()), "{path}");
+            let in_trailers =
+                raw_call_with(&ch, path, body.clone(), &[], &[("token", &token)]).await;
+            match test_flavor() {
+                Flavor::Etcd => assert_eq!(in_trailers.0, -1, "{path}: reset: {in_trailers:?}"),
+                Flavor::Retcd => assert_eq!(in_trailers, none, "{path}: served as without them"),
+            }
+            if path.ends_with("Put") {
+                let mut get = tonic::Request::new(RangeRequest {
+                    key: b"t".to_vec(),
+                    ..Default::default()
+                });
+                get.metadata_mut()
+                    .insert("token", token.parse().expect("token"));
+                let got = kv.range(get).await.expect("range").into_inner();
+                assert!(got.kvs.is_empty(), "the put with trailers wrote: {got:?}");
+            }
+            let with_header =
+                raw_call_with(&ch, path, body.clone(), &[("token", &token)], &[]).await;
+            assert_eq!(
+                with_header,
+                (0, String::new()),
+                "{path}: the token works in the headers"
+            );
+        }
     })
     .await;
 }

@@ -121,11 +121,13 @@ where
         let Some(grpc) = Grpc::of(req.uri().path()) else {
             return Box::pin(self.http.call(req));
         };
-        // outermost: the metrics count what the guard refuses too
+        // outermost: the metrics count what the guard refuses too; the
+        // request's trailers are dropped on either path (see
+        // `grpc_metrics::drop_request_trailers`)
         let call = Call::begin(req.uri().path(), req.headers());
         let mut req = match &call {
             Some(c) => req.map(|b| c.request_body(b)),
-            None => req,
+            None => req.map(super::grpc_metrics::drop_request_trailers),
         };
         let front = self.front.clone();
         Box::pin(async move {

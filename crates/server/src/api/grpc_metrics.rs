@@ -257,7 +257,8 @@ impl Call {
         })
     }
 
-    /// The request body, its messages counted as they arrive.
+    /// The request body, its messages counted as they arrive, without its
+    /// trailers ([`drop_request_trailers`]).
     pub(crate) fn request_body(&self, b: Body) -> Body {
         Body::new(Counted {
             inner: b,
@@ -400,6 +401,10 @@ impl http_body::Body for Counted {
             }
         }
         match (&r, &mut this.side) {
+            (Poll::Ready(Some(Ok(f))), Side::Request(_)) if f.is_trailers() => {
+                // see `drop_request_trailers`: trailers end the body
+                return Poll::Ready(None);
+            }
             (Poll::Ready(Some(Ok(f))), Side::Request(c)) => {
                 if let Some(d) = f.data_ref() {
                     let streaming = c.kind != Kind::Unary;
@@ -441,6 +446,41 @@ impl http_body::Body for Counted {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// A request body without its trailers (the body ends where they would
+/// come). gRPC requests carry no trailers, grpc-go ignores any, and tonic
+/// would merge them into the call's metadata over the headers: a client
+/// could then name itself in `token` or in the certificate header the
+/// client port's guard sets (`auth::cert`) after the guard looked.
+/// [`Call::request_body`] drops them too.
+pub(crate) fn drop_request_trailers(b: Body) -> Body {
+    Body::new(NoTrailers(b))
+}
+
+struct NoTrailers(Body);
+
+impl http_body::Body for NoTrailers {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        match Pin::new(&mut self.0).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) if f.is_trailers() => Poll::Ready(None),
+            r => r,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.0.size_hint()
     }
 }
 

@@ -139,10 +139,11 @@ where
     Ok(grpc_response(ReplyBody::whole(reply)))
 }
 
-/// `body`'s one gRPC message, its bytes, once the body has ended; grpc-go's
-/// (etcd's) errors. A prefix over `max` fails as soon as it arrives, before
-/// the rest is read. Messages after the first are not looked at (grpc-go
-/// reads one for a unary method).
+/// `body`'s first gRPC message, its bytes, with grpc-go's (etcd's) errors
+/// in grpc-go's order: the length in the prefix against `max` as soon as
+/// the prefix is in, then the message read whole, then its format. Reading
+/// stops at the message's end, as grpc-go reads one message for a unary
+/// method: whatever follows it is never buffered.
 async fn read_request<B>(body: B, max: usize) -> Result<Bytes, Status>
 where
     B: Body,
@@ -152,8 +153,16 @@ where
     // the bytes so far: one frame's as they came, or several joined
     let mut single = Bytes::new();
     let mut joined: Option<BytesMut> = None;
-    let mut checked = false;
-    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+    // the message's end (prefix included), once the prefix is in
+    let mut end: Option<usize> = None;
+    loop {
+        let have = joined.as_ref().map_or(single.len(), BytesMut::len);
+        if end.is_some_and(|e| have >= e) {
+            break;
+        }
+        let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await else {
+            break;
+        };
         let frame = frame.map_err(|e| Status::from_error(e.into()))?;
         let Ok(mut data) = frame.into_data() else {
             continue;
@@ -170,33 +179,25 @@ where
             }
         }
         let seen: &[u8] = joined.as_deref().unwrap_or(&single);
-        if !checked && seen.len() >= 5 {
-            message_len(seen, max)?;
-            checked = true;
+        if end.is_none() && seen.len() >= 5 {
+            let len = u32::from_be_bytes([seen[1], seen[2], seen[3], seen[4]]) as usize;
+            if len > max {
+                return Err(Status::resource_exhausted(format!(
+                    "grpc: received message larger than max ({len} vs. {max})"
+                )));
+            }
+            end = Some(5 + len);
         }
     }
     let mut all = joined.map_or(single, BytesMut::freeze);
-    if all.is_empty() {
-        return Err(Status::unknown("EOF"));
-    }
-    let len = if all.len() >= 5 {
-        message_len(&all, max)?
-    } else {
-        usize::MAX
+    let Some(end) = end.filter(|e| all.len() >= *e) else {
+        return Err(Status::unknown(if all.is_empty() {
+            "EOF"
+        } else {
+            "unexpected EOF"
+        }));
     };
-    if all.len() - 5.min(all.len()) < len {
-        return Err(Status::unknown("unexpected EOF"));
-    }
-    all.advance(5);
-    all.truncate(len);
-    Ok(all)
-}
-
-/// The length in a message's 5-byte prefix (`prefix` holds at least 5
-/// bytes); grpc-go's errors for a compressed or unknown format (no
-/// `grpc-encoding` gets this far) and for a message over `max`.
-fn message_len(prefix: &[u8], max: usize) -> Result<usize, Status> {
-    match prefix[0] {
+    match all[0] {
         0 => {}
         1 => {
             return Err(Status::internal(
@@ -209,13 +210,9 @@ fn message_len(prefix: &[u8], max: usize) -> Result<usize, Status> {
             )))
         }
     }
-    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-    if len > max {
-        return Err(Status::resource_exhausted(format!(
-            "grpc: received message larger than max ({len} vs. {max})"
-        )));
-    }
-    Ok(len)
+    all.truncate(end);
+    all.advance(5);
+    Ok(all)
 }
 
 /// Decodes a request message; grpc-go's error.
