@@ -243,6 +243,26 @@ async fn oversize_request_gets_grpc_gos_resource_exhausted() {
             ..Default::default()
         };
         kv.put(small).await.expect("the member still serves");
+        // under the limit, in many HTTP/2 data frames: served whole
+        let large = PutRequest {
+            key: b"large".to_vec(),
+            value: (0..1024 * 1024).map(|i| (i % 251) as u8).collect(),
+            ..Default::default()
+        };
+        kv.put(large.clone()).await.expect("a 1 MiB put");
+        let got = kv
+            .range(RangeRequest {
+                key: b"large".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("range")
+            .into_inner();
+        assert_eq!(got.kvs.len(), 1);
+        assert!(
+            got.kvs[0].value == large.value,
+            "the 1 MiB value read back whole"
+        );
     })
     .await;
 }
