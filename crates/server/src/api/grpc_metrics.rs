@@ -263,7 +263,7 @@ impl Call {
         Body::new(Counted {
             inner: b,
             frames: Frames::default(),
-            side: Side::Request(self.c),
+            side: Side::Request(Some(self.c)),
         })
     }
 
@@ -369,7 +369,9 @@ impl Frames {
 }
 
 enum Side {
-    Request(&'static Children),
+    /// A request body; None: not counted (a call of no known method),
+    /// only its trailers dropped.
+    Request(Option<&'static Children>),
     Response {
         c: &'static Children,
         start: Instant,
@@ -405,7 +407,7 @@ impl http_body::Body for Counted {
                 // see `drop_request_trailers`: trailers end the body
                 return Poll::Ready(None);
             }
-            (Poll::Ready(Some(Ok(f))), Side::Request(c)) => {
+            (Poll::Ready(Some(Ok(f))), Side::Request(Some(c))) => {
                 if let Some(d) = f.data_ref() {
                     let streaming = c.kind != Kind::Unary;
                     this.frames.feed(d, |len| {
@@ -454,34 +456,13 @@ impl http_body::Body for Counted {
 /// would merge them into the call's metadata over the headers: a client
 /// could then name itself in `token` or in the certificate header the
 /// client port's guard sets (`auth::cert`) after the guard looked.
-/// [`Call::request_body`] drops them too.
+/// [`Call::request_body`] drops them too (the same body, counted).
 pub(crate) fn drop_request_trailers(b: Body) -> Body {
-    Body::new(NoTrailers(b))
-}
-
-struct NoTrailers(Body);
-
-impl http_body::Body for NoTrailers {
-    type Data = Bytes;
-    type Error = tonic::Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
-        match Pin::new(&mut self.0).poll_frame(cx) {
-            Poll::Ready(Some(Ok(f))) if f.is_trailers() => Poll::Ready(None),
-            r => r,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.0.size_hint()
-    }
+    Body::new(Counted {
+        inner: b,
+        frames: Frames::default(),
+        side: Side::Request(None),
+    })
 }
 
 impl Drop for Counted {
