@@ -620,3 +620,125 @@ async fn request_trailers_carry_no_credentials() {
     })
     .await;
 }
+
+/// A call's `grpc-timeout` bounds it on the server: a Lock that waits for a
+/// held lock, sent without any client-side deadline, is ended by the
+/// server when its timeout passes, with etcd's code and message; the lock
+/// stays with its holder. gRPC answers carry no `date` header (grpc-go
+/// sends none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_timeout_ends_a_waiting_call_on_the_server() {
+    use retcd_api::etcdserverpb::{lease_client::LeaseClient, LeaseGrantRequest};
+    use retcd_api::v3lockpb::{lock_client::LockClient, LockRequest};
+    use tonic_prost::prost::Message as _;
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
+        let ch = channel(&c).await;
+        let leases = LeaseClient::new(ch.clone());
+        let grant = || {
+            let mut l = leases.clone();
+            async move {
+                l.lease_grant(LeaseGrantRequest {
+                    ttl: 60,
+                    ..Default::default()
+                })
+                .await
+                .expect("grant")
+                .into_inner()
+                .id
+            }
+        };
+        let (holder, waiter) = (grant().await, grant().await);
+        let held = LockClient::new(ch.clone())
+            .lock(LockRequest {
+                name: b"l".to_vec(),
+                lease: holder,
+            })
+            .await
+            .expect("lock")
+            .into_inner()
+            .key;
+        let body = LockRequest {
+            name: b"l".to_vec(),
+            lease: waiter,
+        }
+        .encode_to_vec();
+        let mut framed = vec![0];
+        framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&body);
+        let started = std::time::Instant::now();
+        let (code, msg, headers) =
+            h2_call(&c.endpoints()[0], "/v3lockpb.Lock/Lock", framed, "300m").await;
+        let took = started.elapsed();
+        eprintln!("lock with grpc-timeout 300m: {code} {msg:?} after {took:?}");
+        assert_eq!((code, msg.as_str()), (2, "context deadline exceeded"));
+        assert!(
+            took >= Duration::from_millis(290) && took < Duration::from_secs(3),
+            "ended after {took:?}"
+        );
+        assert!(headers.get("date").is_none(), "{headers:?}");
+        // the holder still holds it: its key is the only one under the name
+        let keys = KvClient::new(ch.clone())
+            .range(RangeRequest {
+                key: b"l/".to_vec(),
+                range_end: b"l0".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("range")
+            .into_inner();
+        let names: Vec<_> = keys.kvs.iter().map(|kv| kv.key.clone()).collect();
+        assert_eq!(names, vec![held], "the waiter's key is gone with its call");
+    })
+    .await;
+}
+
+/// One gRPC call over a bare HTTP/2 connection (the `h2` crate: no gRPC
+/// library, so nothing on the client side acts on `grpc-timeout`): the
+/// status code and message, and the answer's headers. A reset stream is
+/// code -1 with h2's reason.
+async fn h2_call(
+    endpoint: &str,
+    path: &str,
+    body: Vec<u8>,
+    grpc_timeout: &str,
+) -> (i32, String, tonic::codegen::http::HeaderMap) {
+    let addr = endpoint.trim_start_matches("http://");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut client, conn) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(conn);
+    let req = tonic::codegen::http::Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", grpc_timeout)
+        .body(())
+        .expect("request");
+    let (answer, mut send) = client.send_request(req, false).expect("send");
+    send.send_data(body.into(), true).expect("body");
+    let reset = |e: h2::Error| (-1, format!("{:?}", e.reason()), Default::default());
+    let answer = match answer.await {
+        Ok(a) => a,
+        Err(e) => return reset(e),
+    };
+    let (parts, mut body) = answer.into_parts();
+    let mut status = parts.headers.clone();
+    while let Some(data) = body.data().await {
+        if let Err(e) = data {
+            return reset(e);
+        }
+    }
+    match body.trailers().await {
+        Ok(t) => status.extend(t.unwrap_or_default()),
+        Err(e) => return reset(e),
+    }
+    let code = status
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("a grpc-status");
+    let msg = status.get("grpc-message").map_or(String::new(), |v| {
+        percent_encoding::percent_decode(v.as_bytes())
+            .decode_utf8_lossy()
+            .into_owned()
+    });
+    (code, msg, parts.headers)
+}

@@ -11,7 +11,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
-use tower::util::Either;
 
 pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     cfg.validate().map_err(anyhow::Error::msg)?;
@@ -184,19 +183,27 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             }
         }
         let router = router.fallback(crate::api::gateway::client_fallback);
-        let grpc_front = grpc.then(|| {
-            (
+        let port = if grpc {
+            ClientPort::new(
                 server.clone(),
                 services.servers.clone(),
                 health_service.clone(),
+                router,
             )
-        });
+        } else {
+            ClientPort::http_only(router)
+        };
         let mut rx = stop_rx.clone();
         let mut published = server.published();
         let acceptor = https_acceptor(url, &tls.client_acceptor, "--cert-file")?;
         let secure = acceptor.is_some();
-        let keepalive = (cfg.grpc_keepalive_interval, cfg.grpc_keepalive_timeout);
-        let max_streams = cfg.max_concurrent_streams;
+        let nonzero = |d: std::time::Duration| (!d.is_zero()).then_some(d);
+        let settings = crate::api::serve::Settings {
+            keepalive_interval: nonzero(cfg.grpc_keepalive_interval),
+            keepalive_timeout: nonzero(cfg.grpc_keepalive_timeout),
+            max_concurrent_streams: cfg.max_concurrent_streams,
+            connect_info: cfg.client_cert_auth,
+        };
         tasks.push(tokio::spawn(async move {
             // As etcd: the port is bound now, clients are served once this
             // member's publish is applied (until then connections wait).
@@ -213,48 +220,26 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
                     "serving client traffic insecurely; this is strongly discouraged!"
                 );
             }
-            let nonzero = |d: std::time::Duration| (!d.is_zero()).then_some(d);
-            // gRPC calls to etcd's services (grpc URLs only), in front of
-            // the HTTP routes
-            let front = tower::layer::layer_fn(move |http| match &grpc_front {
-                Some((server, servers, health)) => Either::Left(ClientPort::new(
-                    server.clone(),
-                    servers.clone(),
-                    health.clone(),
-                    http,
-                )),
-                None => Either::Right(http),
-            });
-            let builder = tonic::transport::Server::builder()
-                .accept_http1(true)
-                .tcp_nodelay(true)
-                .max_concurrent_streams(max_streams)
-                .http2_keepalive_interval(nonzero(keepalive.0))
-                .http2_keepalive_timeout(nonzero(keepalive.1))
-                .layer(front)
-                .add_routes(router.into());
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            let r = match (l, acceptor) {
+            use crate::api::serve::serve;
+            match (l, acceptor) {
                 (ClientListener::Tcp(l), Some(a)) => {
                     let incoming = crate::tls::incoming(l, a, false)
                         .map(|s| s.map(|s| DeferWrites::new(AuthorityFix::new(s))));
-                    builder.serve_with_incoming_shutdown(incoming, stop).await
+                    serve(incoming, port, settings, stop).await
                 }
                 (ClientListener::Tcp(l), None) => {
                     let incoming =
                         nodelay(l).map(|s| s.map(|s| DeferWrites::new(AuthorityFix::new(s))));
-                    builder.serve_with_incoming_shutdown(incoming, stop).await
+                    serve(incoming, port, settings, stop).await
                 }
                 (ClientListener::Unix(l), _) => {
                     let incoming = tokio_stream::wrappers::UnixListenerStream::new(l)
                         .map(|s| s.map(|s| DeferWrites::new(AuthorityFix::new(s))));
-                    builder.serve_with_incoming_shutdown(incoming, stop).await
+                    serve(incoming, port, settings, stop).await
                 }
-            };
-            if let Err(e) = r {
-                tracing::error!(error = %e, "client server failed");
             }
         }));
     }

@@ -17,7 +17,6 @@ use crate::server::EtcdServer;
 use axum::http::{Request, Response};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service};
 use tonic::server::NamedService;
@@ -76,50 +75,57 @@ struct Front {
     health: HealthServer<HealthService>,
 }
 
-/// The client port's service: gRPC calls, then the HTTP routes `S`.
+/// The client port's service: gRPC calls (when it serves them), then the
+/// HTTP routes.
 #[derive(Clone)]
-pub struct ClientPort<S> {
-    front: Arc<Front>,
-    http: S,
+pub struct ClientPort {
+    front: Option<Arc<Front>>,
+    http: axum::Router,
 }
 
-impl<S> ClientPort<S> {
+impl ClientPort {
+    /// etcd's gRPC services in front of the HTTP routes `http`.
     pub fn new(
         server: Arc<EtcdServer>,
         servers: Servers,
         health: HealthServer<HealthService>,
-        http: S,
-    ) -> ClientPort<S> {
+        http: axum::Router,
+    ) -> ClientPort {
         ClientPort {
-            front: Arc::new(Front {
+            front: Some(Arc::new(Front {
                 server,
                 servers,
                 health,
-            }),
+            })),
             http,
         }
     }
-}
 
-impl<S> Service<Request<Body>> for ClientPort<S>
-where
-    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Response<Body>, Infallible>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
+    /// The HTTP routes alone (`--listen-client-http-urls`).
+    pub fn http_only(http: axum::Router) -> ClientPort {
+        ClientPort { front: None, http }
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let Some(grpc) = Grpc::of(req.uri().path()) else {
-            return Box::pin(self.http.call(req));
+    /// Answers one request.
+    pub fn call(&self, req: Request<Body>) -> BoxFuture<Response<Body>, Infallible> {
+        let (Some(front), Some(grpc)) = (&self.front, Grpc::of(req.uri().path())) else {
+            // hyper dates no HTTP/2 response (`api::serve`): gRPC answers
+            // carry no date, as grpc-go's; an HTTP answer does, as Go's
+            let h2 = req.version() == axum::http::Version::HTTP_2;
+            let answer = self.http.clone().call(req);
+            return Box::pin(async move {
+                let mut resp = match answer.await {
+                    Ok(resp) => resp,
+                    Err(never) => match never {},
+                };
+                if h2 && !resp.headers().contains_key(axum::http::header::DATE) {
+                    let now = httpdate::fmt_http_date(std::time::SystemTime::now());
+                    if let Ok(v) = axum::http::HeaderValue::from_str(&now) {
+                        resp.headers_mut().insert(axum::http::header::DATE, v);
+                    }
+                }
+                Ok(resp.map(Body::new))
+            });
         };
         // outermost: the metrics count what the guard refuses too; the
         // request's trailers are dropped on either path (see
@@ -129,7 +135,7 @@ where
             Some(c) => req.map(|b| c.request_body(b)),
             None => req.map(super::grpc_metrics::drop_request_trailers),
         };
-        let front = self.front.clone();
+        let front = front.clone();
         Box::pin(async move {
             let resp = match guard(&front.server, &mut req) {
                 Some(refused) => refused,

@@ -142,6 +142,15 @@ pub fn unimplemented(_path: &str) -> Status {
     Status::new(Code::Unimplemented, "")
 }
 
+/// A call whose `grpc-timeout` passed before its answer (`api::serve`
+/// ends it): what etcd 3.4 and 3.5 answer when a handler returns its
+/// context's error, as Lock and Campaign do: grpc-go before 1.5x converts
+/// an error that is not a status to Unknown. (Newer grpc-go, so etcd 3.6,
+/// answers DeadlineExceeded with the same message.)
+pub fn deadline_exceeded() -> Status {
+    Status::new(Code::Unknown, "context deadline exceeded")
+}
+
 /// gRPC's status header names, as constants: a constant name is not
 /// parsed again at every lookup (a string's is, a few hundred instructions
 /// each).
