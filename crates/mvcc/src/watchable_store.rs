@@ -208,31 +208,6 @@ struct Inner {
 }
 
 impl Inner {
-    /// Sends `resp` for watcher `wk`, or parks the watcher as a victim with
-    /// it (then `min_rev` becomes `next_rev`). The watcher must be out of
-    /// the synced/unsynced sets, or in them, in which case it is removed.
-    /// Returns whether it was sent.
-    fn send_or_park(&mut self, wk: WatcherKey, resp: WatchReply, next_rev: i64) -> bool {
-        let Some(stream) = self.streams.get(&wk.0) else {
-            return false;
-        };
-        let has_events = resp.event_count() > 0;
-        match stream.sink.try_send(vec![resp]) {
-            Ok(()) => {
-                if let Some(w) = self.watchers.get_mut(&wk) {
-                    w.sent_since_tick |= has_events;
-                }
-                true
-            }
-            Err(SinkError::Full(resp)) => {
-                self.park(wk, resp.into(), next_rev, has_events);
-                false
-            }
-            // the stream is going away; its handle's Drop removes it
-            Err(SinkError::Closed) => false,
-        }
-    }
-
     /// Parks watcher `wk` as a victim holding `pending`; it needs
     /// `next_rev` next. Removes it from the synced/unsynced sets.
     fn park(
@@ -383,6 +358,12 @@ impl WatchableStore {
     /// The last revision notified: what a new watcher from "now" has seen.
     pub fn rev(&self) -> i64 {
         self.inner.lock().rev
+    }
+
+    /// How many watchers are parked as victims (tests).
+    #[cfg(test)]
+    pub(crate) fn victim_count(&self) -> usize {
+        self.inner.lock().victims.len()
     }
 
     fn wake(&self) {
@@ -611,38 +592,81 @@ impl WatchableStore {
         )
     }
 
-    /// Retries victims; returns whether some are left.
+    /// Retries victims, one message per stream with the pending replies of
+    /// all its victims (a message per watcher filled the stream's channel,
+    /// which counts messages, with 100 watchers' replies one at a time);
+    /// returns whether some are left.
     fn sync_victims(&self) -> bool {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let victims: Vec<WatcherKey> = inner.victims.iter().copied().collect();
+        // per stream: the replies, and per victim with some, its count
+        let mut groups: Vec<StreamReplies> = Vec::new();
+        let mut group_of: HashMap<u64, usize> = HashMap::default();
+        let mut ready: Vec<WatcherKey> = Vec::new();
         for wk in victims {
-            let Some(sink) = inner.streams.get(&wk.0).map(|s| s.sink.clone()) else {
+            if !inner.streams.contains_key(&wk.0) {
                 continue;
-            };
+            }
             let Some(w) = inner.watchers.get_mut(&wk) else {
                 inner.victims.remove(&wk);
                 continue;
             };
-            let min_rev = w.min_rev;
-            let WatcherState::Victim { pending, compacted } = &mut w.state else {
+            let WatcherState::Victim { pending, .. } = &mut w.state else {
                 inner.victims.remove(&wk);
                 continue;
             };
-            if !pending.is_empty() {
-                match sink.try_send(pending.drain(..).collect()) {
-                    Ok(()) => {}
-                    Err(SinkError::Full(back)) => {
-                        *pending = back.into();
-                        continue;
-                    }
-                    // the stream is going away; its handle's Drop removes it
-                    Err(SinkError::Closed) => continue,
-                }
+            if pending.is_empty() {
+                ready.push(wk);
+                continue;
             }
-            if *compacted {
+            let g = *group_of.entry(wk.0).or_insert_with(|| {
+                groups.push(StreamReplies {
+                    stream: wk.0,
+                    replies: Vec::new(),
+                    members: Vec::new(),
+                });
+                groups.len() - 1
+            });
+            groups[g].members.push((wk, pending.len(), w.min_rev));
+            groups[g].replies.extend(pending.drain(..));
+        }
+        for StreamReplies {
+            stream,
+            replies,
+            members,
+        } in groups
+        {
+            let Some(sink) = inner.streams.get(&stream).map(|s| s.sink.clone()) else {
+                continue;
+            };
+            match sink.try_send(replies) {
+                Ok(()) => ready.extend(members.iter().map(|m| m.0)),
+                Err(SinkError::Full(back)) => {
+                    // each victim gets its replies back, in order
+                    let mut back = back.into_iter();
+                    for (wk, n, _) in members {
+                        if let Some(WatcherState::Victim { pending, .. }) =
+                            inner.watchers.get_mut(&wk).map(|w| &mut w.state)
+                        {
+                            pending.extend(back.by_ref().take(n));
+                        }
+                    }
+                }
+                // the stream is going away; its handle's Drop removes it
+                Err(SinkError::Closed) => {}
+            }
+        }
+        for wk in ready {
+            let Some(w) = inner.watchers.get(&wk) else {
+                continue;
+            };
+            let WatcherState::Victim { compacted, .. } = w.state else {
+                continue;
+            };
+            if compacted {
                 inner.remove_watcher(wk);
-            } else if min_rev <= inner.rev {
+            } else if w.min_rev <= inner.rev {
                 inner.set_unsynced(wk);
             } else {
                 inner.set_synced(wk);
@@ -735,6 +759,11 @@ impl WatchableStore {
         if inner.generation != generation {
             return true;
         }
+        // each needed encoding of each event (without / with prev_kv), and
+        // per watcher that gets events, the ones it gets
+        let mut enc = EncodedEvents::default();
+        let mut at: Vec<[Option<u32>; 2]> = vec![[None; 2]; events.len()];
+        let mut answers: Vec<(WatcherKey, Picks)> = Vec::new();
         for c in chosen {
             let Some(w) = inner.watchers.get_mut(&c.wk) else {
                 continue;
@@ -772,25 +801,78 @@ impl WatchableStore {
             if w.min_rev > end {
                 continue;
             }
-            let evs: Vec<Event> = events
-                .iter()
-                .filter(|(r, ev)| {
-                    *r >= c.min_rev
-                        && c.range
-                            .contains(ev.kv.as_ref().map(|k| k.key.as_ref()).unwrap_or_default())
-                })
-                .filter_map(|(_, ev)| w.filter(ev))
-                .collect();
+            // the events it gets, each encoded once for every watcher of
+            // the round (as notify does): 1 000 watchers catching up on the
+            // same revisions cost one encoding of them, not 1 000
+            let mut picks = Picks::new();
+            for (i, (r, ev)) in events.iter().enumerate() {
+                let key = ev.kv.as_ref().map(|k| k.key.as_ref()).unwrap_or_default();
+                if *r < c.min_rev || !c.range.contains(key) {
+                    continue;
+                }
+                let Some(prev) = w.wants(ev) else { continue };
+                let e = *at[i][usize::from(prev)].get_or_insert_with(|| {
+                    if prev {
+                        enc.push(ev)
+                    } else {
+                        push_without_prev(&mut enc, ev)
+                    }
+                });
+                picks.push(e);
+            }
             // a watcher of a future revision (unsynced by a restore) is
             // not lowered (etcd 3.5.22+)
             w.min_rev = w.min_rev.max(end + 1);
-            if !evs.is_empty()
-                && !inner.send_or_park(c.wk, response(c.wk.1, end, evs).into(), end + 1)
-            {
+            if picks.is_empty() {
+                if end >= inner.rev {
+                    inner.set_synced(c.wk);
+                }
                 continue;
             }
-            if end >= inner.rev {
-                inner.set_synced(c.wk);
+            w.sent_since_tick = true;
+            answers.push((c.wk, picks));
+        }
+        // one message per stream with the replies of all its watchers
+        let enc = Arc::new(enc);
+        let mut groups: Vec<StreamReplies> = Vec::new();
+        let mut group_of: HashMap<u64, usize> = HashMap::default();
+        for (wk, picks) in answers {
+            let g = *group_of.entry(wk.0).or_insert_with(|| {
+                groups.push(StreamReplies {
+                    stream: wk.0,
+                    replies: Vec::new(),
+                    members: Vec::new(),
+                });
+                groups.len() - 1
+            });
+            groups[g].replies.push(shared(wk.1, end, &enc, picks));
+            groups[g].members.push((wk, 1, end + 1));
+        }
+        for StreamReplies {
+            stream,
+            replies,
+            members,
+        } in groups
+        {
+            let Some(st) = inner.streams.get(&stream) else {
+                continue;
+            };
+            match st.sink.try_send(replies) {
+                Ok(()) => {
+                    if end >= inner.rev {
+                        for (wk, _, _) in members {
+                            inner.set_synced(wk);
+                        }
+                    }
+                }
+                Err(SinkError::Full(back)) => {
+                    // every watcher of the stream keeps its reply
+                    for ((wk, _, next_rev), reply) in members.into_iter().zip(back) {
+                        inner.park(wk, VecDeque::from([reply]), next_rev, true);
+                    }
+                }
+                // the stream is going away; its handle's Drop removes it
+                Err(SinkError::Closed) => {}
             }
         }
         let streams: Vec<u64> = inner.streams.keys().copied().collect();

@@ -736,3 +736,93 @@ fn test_notify_parks_every_watcher_of_a_full_stream() {
     assert_eq!(prevs, want);
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
 }
+
+/// Watchers of one stream catching up from history while the stream is
+/// full are parked with their replies, and those leave in one message once
+/// the stream has room (one message per victim filled a stream's channel,
+/// which counts messages); each reply holds the watcher's own events from
+/// the catch-up's shared encoding: with and without `prev_kv`, filtered.
+#[test]
+fn test_victims_of_a_stream_are_retried_in_one_message() {
+    let t = setup();
+    t.put("a", "1");
+    t.put("a", "2");
+    t.put("b", "3");
+    t.del("a");
+    // a stream whose channel is full until the test reads it
+    let (tx, rx) = sync_channel::<Vec<WatchResponse>>(1);
+    tx.send(vec![WatchResponse::default()]).unwrap();
+    let s = t.ws.new_stream(Arc::new(tx));
+    let plain = watch(&s, "a", "", from(2));
+    let prev = watch(
+        &s,
+        "a",
+        "",
+        WatchOptions {
+            start_rev: 2,
+            prev_kv: true,
+            ..Default::default()
+        },
+    );
+    let no_put = watch(
+        &s,
+        "",
+        "\0",
+        WatchOptions {
+            start_rev: 2,
+            no_put: true,
+            ..Default::default()
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while t.ws.victim_count() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the three watchers were not parked"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    rx.recv().unwrap();
+    let list = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a message within 5s");
+    assert_eq!(list.len(), 3, "one message holding every victim's reply");
+    let of = |id: i64| list.iter().find(|r| r.watch_id == id).expect("a reply");
+    let evs = |r: &WatchResponse| -> Vec<(i64, i32, Option<Vec<u8>>)> {
+        r.events
+            .iter()
+            .map(|e| {
+                let kv = e.kv.as_ref().unwrap();
+                let p = e.prev_kv.as_ref().map(|p| p.value.to_vec());
+                (kv.mod_revision, e.r#type, p)
+            })
+            .collect()
+    };
+    let (put, del) = (EventType::Put as i32, EventType::Delete as i32);
+    assert_eq!(
+        evs(of(plain)),
+        vec![(2, put, None), (3, put, None), (5, del, None)]
+    );
+    assert_eq!(
+        evs(of(prev)),
+        vec![
+            (2, put, None),
+            (3, put, Some(b"1".to_vec())),
+            (5, del, Some(b"2".to_vec()))
+        ]
+    );
+    assert_eq!(evs(of(no_put)), vec![(5, del, None)]);
+    for r in &list {
+        assert_eq!(r.header.unwrap().revision, 5);
+    }
+    // all caught up: the next put reaches each once more
+    t.put("a", "4");
+    let mut got = 0;
+    while got < 2 {
+        got += rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the put")
+            .len();
+    }
+    assert_eq!(got, 2, "the put goes to the two watchers of puts on a");
+}

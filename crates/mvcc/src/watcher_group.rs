@@ -144,17 +144,6 @@ impl Watcher {
         }
         Some(self.opts.prev_kv && ev.prev_kv.is_some())
     }
-
-    /// The event as this watcher wants it: `None` if filtered out; without
-    /// `prev_kv` unless asked for.
-    pub(crate) fn filter(&self, ev: &Event) -> Option<Event> {
-        let prev = self.wants(ev)?;
-        Some(Event {
-            r#type: ev.r#type,
-            kv: ev.kv.clone(),
-            prev_kv: if prev { ev.prev_kv.clone() } else { None },
-        })
-    }
 }
 
 /// Synced watchers indexed for notify: one map for single-key watchers
