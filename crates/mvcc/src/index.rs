@@ -82,6 +82,21 @@ impl TreeIndex {
         }
     }
 
+    /// The key index of `key` to update in place (one search for a put
+    /// that reads what it replaces and records itself).
+    pub fn key_index_mut(&mut self, key: &[u8]) -> Option<&mut KeyIndex> {
+        self.tree.get_mut(key)
+    }
+
+    /// Records the first put of `key`, absent from the index (see
+    /// [`TreeIndex::key_index_mut`]).
+    pub fn put_new_sized(&mut self, key: &[u8], rev: Revision, row_len: usize) {
+        let mut ki = KeyIndex::new();
+        ki.put_sized(rev.main, rev.sub, row_len);
+        let old = self.tree.insert(key.to_vec(), ki);
+        debug_assert!(old.is_none(), "put_new_sized of a key in the index");
+    }
+
     /// Records a delete of `key` at `rev`; errors if the key is not live.
     pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> Result<(), RevisionNotFound> {
         self.tree
