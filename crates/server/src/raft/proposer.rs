@@ -108,12 +108,29 @@ impl Proposer {
         if data.len() as u64 > self.inner.max_request_bytes {
             return Err(ServerError::RequestTooLarge);
         }
-        let rx = self.inner.wait.register(id);
+        let rx = self.register(id);
         if let Err(e) = self.inner.raft.send(RaftInput::Propose { id, data }) {
             self.inner.wait.cancel(id);
             return Err(e);
         }
-        self.await_raft(rx, Some(id)).await
+        self.await_proposal(rx).await
+    }
+
+    /// Registers proposal `id`'s waiter, giving up after the request
+    /// timeout.
+    fn register(&self, id: u64) -> oneshot::Receiver<ProposalResult> {
+        let deadline = std::time::Instant::now() + self.inner.request_timeout;
+        self.inner.wait.register(id, deadline)
+    }
+
+    /// A proposal's result on `rx`; its waiter's deadline (`Wait`'s
+    /// sweeper) bounds the wait, so no timer is armed per request.
+    async fn await_proposal(&self, rx: oneshot::Receiver<ProposalResult>) -> ProposalResult {
+        match rx.await {
+            Ok(Err(ServerError::Timeout)) => Err(self.timed_out()),
+            Ok(res) => res,
+            Err(_) => Err(ServerError::Stopped),
+        }
     }
 
     /// Waits until this member has applied everything committed before the
@@ -121,7 +138,7 @@ impl Proposer {
     pub async fn read_index(&self) -> Result<(), ServerError> {
         let (tx, rx) = oneshot::channel();
         self.inner.raft.send(RaftInput::ReadIndex(tx))?;
-        self.await_raft(rx, None).await
+        self.await_raft(rx).await
     }
 
     /// Proposes a membership `ConfChange` and waits until it is applied
@@ -130,7 +147,7 @@ impl Proposer {
     pub async fn propose_conf_change(&self, mut cc: ConfChange) -> Result<(), ServerError> {
         let id = self.next_request_id();
         cc.id = id;
-        let rx = self.inner.wait.register(id);
+        let rx = self.register(id);
         if let Err(e) = self
             .inner
             .raft
@@ -139,29 +156,22 @@ impl Proposer {
             self.inner.wait.cancel(id);
             return Err(e);
         }
-        match self.await_raft(rx, Some(id)).await? {
+        match self.await_proposal(rx).await? {
             ApplyResult::Err(e) => Err(e),
             _ => Ok(()),
         }
     }
 
     /// The raft thread's answer on `rx`, awaited (the task parks) up to
-    /// the request timeout. On timeout the waiter registered under
-    /// `waiter` is dropped.
+    /// the request timeout.
     async fn await_raft<T>(
         &self,
         rx: oneshot::Receiver<Result<T, ServerError>>,
-        waiter: Option<u64>,
     ) -> Result<T, ServerError> {
         match tokio::time::timeout(self.inner.request_timeout, rx).await {
             Ok(Ok(res)) => res,
             Ok(Err(_)) => Err(ServerError::Stopped),
-            Err(_) => {
-                if let Some(id) = waiter {
-                    self.inner.wait.cancel(id);
-                }
-                Err(self.timed_out())
-            }
+            Err(_) => Err(self.timed_out()),
         }
     }
 

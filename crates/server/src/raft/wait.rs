@@ -7,28 +7,47 @@
 //! request, and the requests' tasks then run on that worker one after the
 //! other, so their responses leave together (`api::defer_writes`). A batch
 //! of one is answered directly.
+//!
+//! A proposer gives up after the request timeout: its waiter carries a
+//! deadline, and a sweeper task (every [`SWEEP_EVERY`]) answers the
+//! expired ones `ServerError::Timeout`. A timer per request (tokio's
+//! `timeout` around each wait) cost ~600 instructions per put, registered
+//! in and removed from the runtime's timer wheel every time.
 
 use super::ProposalResult;
+use crate::error::ServerError;
+use foldhash::HashMap;
 use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 type Reply = (oneshot::Sender<ProposalResult>, ProposalResult);
 
+/// How often expired waiters are answered: a request gives up at most this
+/// long after its timeout.
+pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// A proposer's reply channel and when it gives up.
+struct Waiter {
+    tx: oneshot::Sender<ProposalResult>,
+    deadline: Instant,
+}
+
 #[derive(Default)]
 pub struct Wait {
-    /// Protects the map of request id → the proposer's reply channel.
-    /// Held only to insert or remove; never across I/O or `.await`.
-    waiters: Mutex<HashMap<u64, oneshot::Sender<ProposalResult>>>,
+    /// Protects the map of request id → the proposer's waiter. Held only
+    /// to insert, remove or sweep; never across I/O or `.await`.
+    waiters: Mutex<HashMap<u64, Waiter>>,
     /// The dispatcher task's queue (unset before it starts, e.g. in unit
     /// tests: batches are then answered directly).
     dispatch: OnceLock<mpsc::UnboundedSender<Vec<Reply>>>,
 }
 
 impl Wait {
-    /// Starts the task that answers batches (call from inside the runtime).
-    pub fn start_dispatcher(&self) {
+    /// Starts the task that answers batches and the one that answers
+    /// expired waiters (call from inside the runtime).
+    pub fn start_dispatcher(self: &Arc<Self>) {
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<Reply>>();
         if self.dispatch.set(tx).is_ok() {
             tokio::spawn(async move {
@@ -36,14 +55,48 @@ impl Wait {
                     answer(batch);
                 }
             });
+            let wait = Arc::downgrade(self);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(SWEEP_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(w) = wait.upgrade() else { return };
+                    w.expire(Instant::now());
+                }
+            });
         }
     }
 
-    /// Registers `id`; its result arrives on the returned channel.
-    pub fn register(&self, id: u64) -> oneshot::Receiver<ProposalResult> {
+    /// Registers `id`, giving up at `deadline`; its result arrives on the
+    /// returned channel (`ServerError::Timeout` once the deadline passed).
+    pub fn register(&self, id: u64, deadline: Instant) -> oneshot::Receiver<ProposalResult> {
         let (tx, rx) = oneshot::channel();
-        self.waiters.lock().insert(id, tx);
+        self.waiters.lock().insert(id, Waiter { tx, deadline });
         rx
+    }
+
+    /// Answers every waiter whose deadline is not after `now` with
+    /// `ServerError::Timeout`.
+    pub fn expire(&self, now: Instant) {
+        let expired: Vec<oneshot::Sender<ProposalResult>> = {
+            let mut w = self.waiters.lock();
+            if w.values().all(|x| x.deadline > now) {
+                return;
+            }
+            let ids: Vec<u64> = w
+                .iter()
+                .filter(|(_, x)| x.deadline <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter()
+                .filter_map(|id| w.remove(id))
+                .map(|x| x.tx)
+                .collect()
+        };
+        for tx in expired {
+            let _ = tx.send(Err(ServerError::Timeout));
+        }
     }
 
     /// Forgets `id` (its proposer gave up).
@@ -54,8 +107,8 @@ impl Wait {
     /// Answers the proposer of `id`, if it is still waiting (a proposal
     /// made on another member has no waiter here).
     pub fn trigger(&self, id: u64, res: ProposalResult) {
-        if let Some(tx) = self.waiters.lock().remove(&id) {
-            let _ = tx.send(res);
+        if let Some(x) = self.waiters.lock().remove(&id) {
+            let _ = x.tx.send(res);
         }
     }
 
@@ -65,7 +118,7 @@ impl Wait {
         let batch: Vec<Reply> = {
             let mut w = self.waiters.lock();
             (results.into_iter())
-                .filter_map(|(id, res)| w.remove(&id).map(|tx| (tx, res)))
+                .filter_map(|(id, res)| w.remove(&id).map(|x| (x.tx, res)))
                 .collect()
         };
         if batch.is_empty() {
@@ -102,10 +155,11 @@ mod tests {
 
     #[tokio::test]
     async fn test_trigger_batch_answers_waiters_through_the_dispatcher() {
-        let w = Wait::default();
+        let w = Arc::new(Wait::default());
         w.start_dispatcher();
-        let a = w.register(1);
-        let b = w.register(2);
+        let later = Instant::now() + Duration::from_secs(60);
+        let a = w.register(1, later);
+        let b = w.register(2, later);
         w.trigger_batch([(1, Ok(ApplyResult::Empty)), (3, Ok(ApplyResult::Empty))]);
         assert!(matches!(a.await, Ok(Ok(ApplyResult::Empty))));
         assert_eq!(w.pending(), 1, "2 is still waiting, 3 had no waiter");
@@ -117,8 +171,23 @@ mod tests {
     #[test]
     fn test_trigger_batch_without_dispatcher_answers_directly() {
         let w = Wait::default();
-        let mut a = w.register(7);
+        let mut a = w.register(7, Instant::now() + Duration::from_secs(60));
         w.trigger_batch([(7, Ok(ApplyResult::Empty))]);
         assert!(matches!(a.try_recv(), Ok(Ok(ApplyResult::Empty))));
+    }
+
+    #[tokio::test]
+    async fn test_expired_waiters_are_answered_timeout_by_the_sweeper() {
+        let w = Arc::new(Wait::default());
+        w.start_dispatcher();
+        let now = Instant::now();
+        let soon = w.register(1, now + Duration::from_millis(50));
+        let later = w.register(2, now + Duration::from_secs(60));
+        let started = Instant::now();
+        assert!(matches!(soon.await, Ok(Err(ServerError::Timeout))));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(w.pending(), 1, "the other still waits");
+        w.trigger(2, Ok(ApplyResult::Empty));
+        assert!(matches!(later.await, Ok(Ok(ApplyResult::Empty))));
     }
 }
