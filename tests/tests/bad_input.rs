@@ -409,6 +409,12 @@ async fn raw_call_with(
             status.extend(t);
         }
     }
+    grpc_status(&status)
+}
+
+/// The gRPC status code and (percent-decoded) message in `status` (a
+/// trailers-only answer's headers, or the trailers).
+fn grpc_status(status: &tonic::codegen::http::HeaderMap) -> (i32, String) {
     let code = status
         .get("grpc-status")
         .and_then(|v| v.to_str().ok()?.parse().ok())
@@ -731,14 +737,6 @@ async fn h2_call(
         Ok(t) => status.extend(t.unwrap_or_default()),
         Err(e) => return reset(e),
     }
-    let code = status
-        .get("grpc-status")
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .expect("a grpc-status");
-    let msg = status.get("grpc-message").map_or(String::new(), |v| {
-        percent_encoding::percent_decode(v.as_bytes())
-            .decode_utf8_lossy()
-            .into_owned()
-    });
+    let (code, msg) = grpc_status(&status);
     (code, msg, parts.headers)
 }

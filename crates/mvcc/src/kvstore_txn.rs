@@ -297,20 +297,11 @@ impl<'a> WriteBatch<'a> {
         };
         let idx_rev = Revision::new(rev, op.changes);
         let row_len = self.insert_row(idx_rev, false, &kv);
-        self.index_dirty = true;
         self.store
             .index
             .write()
             .put_sized(&req.key, idx_rev, row_len);
-        op.changes += 1;
-        self.events.push((
-            rev,
-            Event {
-                r#type: EventType::Put as i32,
-                kv: Some(kv),
-                prev_kv: prev_kv.clone(),
-            },
-        ));
+        self.put_recorded(op, kv, prev_kv.clone());
         Ok(PutResponse {
             header: header(rev),
             prev_kv: if req.prev_kv { prev_kv } else { None },
@@ -351,20 +342,26 @@ impl<'a> WriteBatch<'a> {
             }
         };
         drop(index);
-        self.index_dirty = true;
-        op.changes += 1;
-        self.events.push((
-            rev,
-            Event {
-                r#type: EventType::Put as i32,
-                kv: Some(kv),
-                prev_kv: None,
-            },
-        ));
+        self.put_recorded(op, kv, None);
         PutResponse {
             header: header(rev),
             prev_kv: None,
         }
+    }
+
+    /// A put of `kv` is in the rows and the index: counts it in the op and
+    /// queues its event.
+    fn put_recorded(&mut self, op: &mut Op, kv: KeyValue, prev_kv: Option<KeyValue>) {
+        self.index_dirty = true;
+        op.changes += 1;
+        self.events.push((
+            kv.mod_revision,
+            Event {
+                r#type: EventType::Put as i32,
+                kv: Some(kv),
+                prev_kv,
+            },
+        ));
     }
 
     /// DeleteRange; deleting nothing does not bump the revision.

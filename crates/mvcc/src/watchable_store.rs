@@ -143,6 +143,25 @@ struct StreamReplies {
     members: Vec<(WatcherKey, usize, i64)>,
 }
 
+impl StreamReplies {
+    /// The index in `groups` of stream `stream`'s group (`group_of` maps
+    /// streams to indices), added empty if it has none yet.
+    fn index_of(
+        groups: &mut Vec<StreamReplies>,
+        group_of: &mut HashMap<u64, usize>,
+        stream: u64,
+    ) -> usize {
+        *group_of.entry(stream).or_insert_with(|| {
+            groups.push(StreamReplies {
+                stream,
+                replies: Vec::new(),
+                members: Vec::new(),
+            });
+            groups.len() - 1
+        })
+    }
+}
+
 /// A reply of watcher `watch_id` at `revision` with the shared events `picks`.
 fn shared(watch_id: WatchId, revision: i64, enc: &Arc<EncodedEvents>, picks: Picks) -> WatchReply {
     WatchReply::with_shared(
@@ -230,6 +249,41 @@ impl Inner {
             };
             self.victims.insert(wk);
         }
+    }
+
+    /// Sends each stream its group's replies in one message; `sent` runs
+    /// for every watcher of a group its stream took. When a stream's
+    /// channel is full, each watcher of its group is parked with its own
+    /// replies. Returns whether any was parked.
+    fn send_groups(
+        &mut self,
+        groups: Vec<StreamReplies>,
+        mut sent: impl FnMut(&mut Inner, WatcherKey),
+    ) -> bool {
+        let mut parked = false;
+        for StreamReplies {
+            stream,
+            replies,
+            members,
+        } in groups
+        {
+            let Some(st) = self.streams.get(&stream) else {
+                continue;
+            };
+            match st.sink.try_send(replies) {
+                Ok(()) => members.iter().for_each(|m| sent(self, m.0)),
+                Err(SinkError::Full(back)) => {
+                    parked = true;
+                    let mut back = back.into_iter();
+                    for (wk, n, next_rev) in members {
+                        self.park(wk, back.by_ref().take(n).collect(), next_rev, true);
+                    }
+                }
+                // the stream is going away; its handle's Drop removes it
+                Err(SinkError::Closed) => {}
+            }
+        }
+        parked
     }
 
     fn set_synced(&mut self, wk: WatcherKey) {
@@ -459,15 +513,10 @@ impl WatchableStore {
             let group_at: Vec<usize> = wanted
                 .iter()
                 .map(|(wk, _)| {
-                    let g = *group_of.entry(wk.0).or_insert_with(|| {
-                        groups.push(StreamReplies {
-                            stream: wk.0,
-                            replies: Vec::new(),
-                            members: Vec::new(),
-                        });
+                    let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0);
+                    if g == sizes.len() {
                         sizes.push(0);
-                        groups.len() - 1
-                    });
+                    }
                     sizes[g] += 1;
                     g
                 })
@@ -509,29 +558,7 @@ impl WatchableStore {
                     }
                 }
             }
-            for StreamReplies {
-                stream,
-                replies,
-                members,
-            } in groups
-            {
-                let Some(st) = inner.streams.get(&stream) else {
-                    continue;
-                };
-                match st.sink.try_send(replies) {
-                    Ok(()) => {}
-                    Err(SinkError::Full(back)) => {
-                        // every watcher of the stream keeps its replies
-                        parked = true;
-                        let mut back = back.into_iter();
-                        for (wk, n, next_rev) in members {
-                            inner.park(wk, back.by_ref().take(n).collect(), next_rev, true);
-                        }
-                    }
-                    // the stream is going away; its handle's Drop removes it
-                    Err(SinkError::Closed) => {}
-                }
-            }
+            parked = inner.send_groups(groups, |_, _| {});
         }
         debug_assert!(wanted.is_empty());
         inner.wanted_buf = wanted;
@@ -620,14 +647,7 @@ impl WatchableStore {
                 ready.push(wk);
                 continue;
             }
-            let g = *group_of.entry(wk.0).or_insert_with(|| {
-                groups.push(StreamReplies {
-                    stream: wk.0,
-                    replies: Vec::new(),
-                    members: Vec::new(),
-                });
-                groups.len() - 1
-            });
+            let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0);
             groups[g].members.push((wk, pending.len(), w.min_rev));
             groups[g].replies.extend(pending.drain(..));
         }
@@ -837,44 +857,15 @@ impl WatchableStore {
         let mut groups: Vec<StreamReplies> = Vec::new();
         let mut group_of: HashMap<u64, usize> = HashMap::default();
         for (wk, picks) in answers {
-            let g = *group_of.entry(wk.0).or_insert_with(|| {
-                groups.push(StreamReplies {
-                    stream: wk.0,
-                    replies: Vec::new(),
-                    members: Vec::new(),
-                });
-                groups.len() - 1
-            });
+            let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0);
             groups[g].replies.push(shared(wk.1, end, &enc, picks));
             groups[g].members.push((wk, 1, end + 1));
         }
-        for StreamReplies {
-            stream,
-            replies,
-            members,
-        } in groups
-        {
-            let Some(st) = inner.streams.get(&stream) else {
-                continue;
-            };
-            match st.sink.try_send(replies) {
-                Ok(()) => {
-                    if end >= inner.rev {
-                        for (wk, _, _) in members {
-                            inner.set_synced(wk);
-                        }
-                    }
-                }
-                Err(SinkError::Full(back)) => {
-                    // every watcher of the stream keeps its reply
-                    for ((wk, _, next_rev), reply) in members.into_iter().zip(back) {
-                        inner.park(wk, VecDeque::from([reply]), next_rev, true);
-                    }
-                }
-                // the stream is going away; its handle's Drop removes it
-                Err(SinkError::Closed) => {}
+        inner.send_groups(groups, |inner, wk| {
+            if end >= inner.rev {
+                inner.set_synced(wk);
             }
-        }
+        });
         let streams: Vec<u64> = inner.streams.keys().copied().collect();
         for s in streams {
             inner.flush_progress(s);
