@@ -203,8 +203,9 @@ async fn bench_compare_runs_both_servers() {
 }
 
 /// `floor` (no server): a few durable writes over loopback; every request
-/// is counted, each was fdatasynced (a sync time was measured), and the
-/// answering thread's CPU was read. Without the sync no sync time is.
+/// is counted, each was fdatasynced (a sync time was measured), the
+/// answering thread's CPU was read, and the latency loops (round trip
+/// alone, write on a second thread) ran. Without the sync no sync time is.
 #[test]
 fn bench_floor_measures_lone_durable_writes() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -230,6 +231,11 @@ fn bench_floor_measures_lone_durable_writes() {
         synced["server_cpu_us_per_request"].as_f64().unwrap() > 0.0,
         "{synced:#}"
     );
+    // the three latency loops ran: the write, the round trip alone, the
+    // write on a second thread
+    for k in ["latency_p50_us", "rtt_p50_us", "handoff_latency_p50_us"] {
+        assert!(synced[k].as_f64().unwrap() > 0.0, "{k}: {synced:#}");
+    }
     let unsynced = run(&["--no-sync", "--bytes", "100"]);
     assert_eq!(unsynced["synced"], false, "{unsynced:#}");
     assert_eq!(unsynced["request_bytes"], 100, "{unsynced:#}");

@@ -230,7 +230,9 @@ enum Cmd {
     Compare(Box<compare::CompareArgs>),
     /// This machine's floor for a lone durable write, with no server: one
     /// request over loopback TCP, appended to a file and fdatasynced, then
-    /// answered; prints the answering thread's CPU per request.
+    /// answered; prints the answering thread's CPU per request, the
+    /// latency, the loopback round trip alone, and the latency with the
+    /// write handed to a second thread and back.
     Floor {
         /// Requests.
         #[arg(long, default_value_t = 3000)]

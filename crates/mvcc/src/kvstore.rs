@@ -438,6 +438,14 @@ impl KvStore {
     }
 
     /// The revision of the last committed change (1 for an empty store).
+    /// Bytes of committed rows not yet written to the backend file (the
+    /// memtable and a write-out in progress): what the file will grow by,
+    /// about, which the quota counts with the file's size.
+    pub fn unwritten_bytes(&self) -> u64 {
+        let p = self.published.read();
+        p.mem.bytes() + p.frozen.as_ref().map_or(0, |f| f.bytes())
+    }
+
     pub fn current_revision(&self) -> i64 {
         self.published.read().rev
     }

@@ -37,6 +37,7 @@
 //! write-out can start, and first waits for the running one to finish
 //! ([`Writer::wait_idle`]): at most one redb write transaction is open.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,6 +87,10 @@ pub(crate) struct MemRows {
     /// `write_out` while it writes them (nothing is appended meanwhile):
     /// never while a row is decoded or hashed.
     rows: RwLock<Vec<MemRow>>,
+    /// The rows' bytes (what they will add to the file, about): the quota
+    /// counts them with the file's size, so a write-out that lags behind
+    /// fast large puts does not let them past it.
+    bytes: AtomicU64,
 }
 
 impl MemRows {
@@ -94,9 +99,16 @@ impl MemRows {
         if rows.is_empty() {
             return;
         }
+        let n: usize = rows.iter().map(|r| r.row.len()).sum();
         let mut mine = self.rows.write();
         debug_assert!(mine.last().is_none_or(|l| l.rev < rows[0].rev));
         mine.append(rows);
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes of the rows here.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     fn get(&self, rev: Revision) -> Option<Bytes> {
