@@ -353,6 +353,15 @@ impl http_body::Body for RawBody {
     }
 }
 
+/// `msg` as one gRPC message: the `flag` byte (0: not compressed), the
+/// length (`len`, or the message's own), the bytes.
+fn grpc_frame(flag: u8, msg: &[u8], len: Option<u32>) -> Vec<u8> {
+    let mut b = vec![flag];
+    b.extend_from_slice(&len.unwrap_or(msg.len() as u32).to_be_bytes());
+    b.extend_from_slice(msg);
+    b
+}
+
 /// Sends `body` as the whole request body of a gRPC call to `path`; the
 /// call's status code and (percent-decoded) message, from the headers of a
 /// trailers-only answer or from the trailers.
@@ -438,12 +447,6 @@ async fn malformed_grpc_bodies_get_grpc_gos_errors() {
     bounded(LIMIT, async {
         let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
         let ch = channel(&c).await;
-        let framed = |flag: u8, msg: &[u8], len: Option<u32>| {
-            let mut b = vec![flag];
-            b.extend_from_slice(&len.unwrap_or(msg.len() as u32).to_be_bytes());
-            b.extend_from_slice(msg);
-            b
-        };
         use tonic_prost::prost::Message as _;
         let put = |k: &str| {
             PutRequest {
@@ -458,36 +461,41 @@ async fn malformed_grpc_bodies_get_grpc_gos_errors() {
         let cases: Vec<(&str, Vec<u8>, i32, &str)> = vec![
             (
                 "compressed flag",
-                framed(1, &put("bad1"), None),
+                grpc_frame(1, &put("bad1"), None),
                 13,
                 "grpc: compressed flag set with identity or empty encoding",
             ),
             (
                 "unknown format",
-                framed(2, &put("bad2"), None),
+                grpc_frame(2, &put("bad2"), None),
                 13,
                 "grpc: received unexpected payload format 2",
             ),
             (
                 "cut message",
-                framed(0, &put("bad3"), Some(100)),
+                grpc_frame(0, &put("bad3"), Some(100)),
                 2,
                 "unexpected EOF",
             ),
             ("cut prefix", vec![0, 0], 2, "unexpected EOF"),
             ("no message", Vec::new(), 2, "EOF"),
-            ("not a request", framed(0, &garbage, None), 13, unmarshal),
+            (
+                "not a request",
+                grpc_frame(0, &garbage, None),
+                13,
+                unmarshal,
+            ),
             // grpc-go's order: the size first, then the whole message,
             // then its format
             (
                 "compressed and too large",
-                framed(1, &put("bad4"), Some(3 << 20)),
+                grpc_frame(1, &put("bad4"), Some(3 << 20)),
                 8,
                 "grpc: received message larger than max (3145728 vs. 2097152)",
             ),
             (
                 "compressed and cut",
-                framed(1, &put("bad5"), Some(100)),
+                grpc_frame(1, &put("bad5"), Some(100)),
                 2,
                 "unexpected EOF",
             ),
@@ -508,8 +516,8 @@ async fn malformed_grpc_bodies_get_grpc_gos_errors() {
             }
         }
         // two messages in a unary call: the first is served
-        let mut two = framed(0, &put("first"), None);
-        two.extend(framed(0, &garbage, None));
+        let mut two = grpc_frame(0, &put("first"), None);
+        two.extend(grpc_frame(0, &garbage, None));
         assert_eq!(
             raw_call(&ch, "/etcdserverpb.KV/Put", two).await,
             (0, String::new())
@@ -576,12 +584,7 @@ async fn request_trailers_carry_no_credentials() {
             .into_inner()
             .token;
         use tonic_prost::prost::Message as _;
-        let framed = |msg: Vec<u8>| {
-            let mut b = vec![0];
-            b.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-            b.extend_from_slice(&msg);
-            b
-        };
+        let framed = |msg: Vec<u8>| grpc_frame(0, &msg, None);
         let put = framed(
             PutRequest {
                 key: b"t".to_vec(),
@@ -669,9 +672,7 @@ async fn grpc_timeout_ends_a_waiting_call_on_the_server() {
             lease: waiter,
         }
         .encode_to_vec();
-        let mut framed = vec![0];
-        framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&body);
+        let framed = grpc_frame(0, &body, None);
         let started = std::time::Instant::now();
         let (code, msg, headers) =
             h2_call(&c.endpoints()[0], "/v3lockpb.Lock/Lock", framed, "300m").await;

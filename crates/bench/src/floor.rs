@@ -119,7 +119,7 @@ fn one_loop(dir: &Path, total: u64, bytes: usize, sync: bool, mode: Mode) -> Res
         let mut syncs = Vec::with_capacity(total as usize);
         // the disk thread of the hand-off loop: appends what it is sent,
         // answers with the sync time
-        let (to_disk, from_disk) = match mode {
+        let disk = match mode {
             Mode::HandOff => {
                 let (tx, rx) = mpsc::channel::<(Vec<u8>, u64)>();
                 let (done_tx, done_rx) = mpsc::channel::<std::io::Result<Duration>>();
@@ -132,21 +132,21 @@ fn one_loop(dir: &Path, total: u64, bytes: usize, sync: bool, mode: Mode) -> Res
                         }
                     }
                 });
-                (Some(tx), Some(done_rx))
+                Some((tx, done_rx))
             }
-            _ => (None, None),
+            _ => None,
         };
         let started = thread_cpu();
         let mut offset = 0u64;
         for _ in 0..total {
             conn.read_exact(&mut buf)?;
-            let took = match (&to_disk, &from_disk, mode) {
-                (_, _, Mode::Echo) => None,
-                (Some(tx), Some(rx), _) => {
+            let took = match (mode, &disk) {
+                (Mode::Echo, _) => None,
+                (_, Some((tx, rx))) => {
                     tx.send((buf.clone(), offset))?;
                     Some(rx.recv()??)
                 }
-                _ => Some(append(&file, &buf, offset, sync)?),
+                (_, None) => Some(append(&file, &buf, offset, sync)?),
             };
             offset += bytes as u64;
             if sync {

@@ -437,7 +437,6 @@ impl KvStore {
         self.index.read().len()
     }
 
-    /// The revision of the last committed change (1 for an empty store).
     /// Bytes of committed rows not yet written to the backend file (the
     /// memtable and a write-out in progress): what the file will grow by,
     /// about, which the quota counts with the file's size.
@@ -446,6 +445,7 @@ impl KvStore {
         p.mem.bytes() + p.frozen.as_ref().map_or(0, |f| f.bytes())
     }
 
+    /// The revision of the last committed change (1 for an empty store).
     pub fn current_revision(&self) -> i64 {
         self.published.read().rev
     }

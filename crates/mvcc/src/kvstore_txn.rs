@@ -270,14 +270,15 @@ impl<'a> WriteBatch<'a> {
         }
         let found = self.store.index.read().get(&req.key, rev).ok();
         let prev_kv = match found {
-            Some((modified, _, _)) if need_prev => Some(range::read_kv(&self.rows()?, modified)?),
-            _ => None,
+            Some((modified, _, _)) => Some(range::read_kv(&self.rows()?, modified)?),
+            None => None,
         };
-        let (value, lease) = match (&found, &prev_kv) {
-            (None, _) if req.ignore_value || req.ignore_lease => {
-                return Err(MvccError::KeyNotFound)
-            }
-            (Some(_), Some(p)) => (
+        let kv = match &prev_kv {
+            None if req.ignore_value || req.ignore_lease => return Err(MvccError::KeyNotFound),
+            Some(p) => put_kv(
+                req,
+                rev,
+                found,
                 if req.ignore_value {
                     p.value.clone()
                 } else {
@@ -285,15 +286,7 @@ impl<'a> WriteBatch<'a> {
                 },
                 if req.ignore_lease { p.lease } else { req.lease },
             ),
-            _ => (req.value.clone().into(), req.lease),
-        };
-        let kv = KeyValue {
-            key: req.key.clone().into(),
-            create_revision: found.map_or(rev, |(_, created, _)| created.main),
-            mod_revision: rev,
-            version: found.map_or(0, |(_, _, ver)| ver) + 1,
-            value,
-            lease,
+            None => put_kv(req, rev, found, req.value.clone().into(), req.lease),
         };
         let idx_rev = Revision::new(rev, op.changes);
         let row_len = self.insert_row(idx_rev, false, &kv);
@@ -315,18 +308,11 @@ impl<'a> WriteBatch<'a> {
     fn put_plain(&mut self, op: &mut Op, req: &PutRequest) -> PutResponse {
         let rev = op.write_rev();
         let idx_rev = Revision::new(rev, op.changes);
-        let kv = |found: Option<(Revision, Revision, i64)>| KeyValue {
-            key: req.key.clone().into(),
-            create_revision: found.map_or(rev, |(_, created, _)| created.main),
-            mod_revision: rev,
-            version: found.map_or(0, |(_, _, ver)| ver) + 1,
-            value: req.value.clone().into(),
-            lease: req.lease,
-        };
+        let kv_of = |found| put_kv(req, rev, found, req.value.clone().into(), req.lease);
         let mut index = self.store.index.write();
         let kv = match index.key_index_mut(&req.key) {
             Some(ki) => {
-                let kv = kv(ki.get(rev).ok());
+                let kv = kv_of(ki.get(rev).ok());
                 ki.put_sized(
                     idx_rev.main,
                     idx_rev.sub,
@@ -335,7 +321,7 @@ impl<'a> WriteBatch<'a> {
                 kv
             }
             None => {
-                let kv = kv(None);
+                let kv = kv_of(None);
                 let row_len = self.insert_row(idx_rev, false, &kv);
                 index.put_new_sized(&req.key, idx_rev, row_len);
                 kv
@@ -757,4 +743,24 @@ fn check_txn_requests(req: &TxnRequest) -> Result<(), MvccError> {
         }
     }
     Ok(())
+}
+
+/// The key-value a put of `req` at revision `rev` writes, with `value` and
+/// `lease`; `found` is what the index has for the key at `rev`
+/// (modified, created, version), None for a new key.
+fn put_kv(
+    req: &PutRequest,
+    rev: i64,
+    found: Option<(Revision, Revision, i64)>,
+    value: prost::bytes::Bytes,
+    lease: i64,
+) -> KeyValue {
+    KeyValue {
+        key: req.key.clone().into(),
+        create_revision: found.map_or(rev, |(_, created, _)| created.main),
+        mod_revision: rev,
+        version: found.map_or(0, |(_, _, ver)| ver) + 1,
+        value,
+        lease,
+    }
 }

@@ -79,23 +79,15 @@ impl Wait {
     /// Answers every waiter whose deadline is not after `now` with
     /// `ServerError::Timeout`.
     pub fn expire(&self, now: Instant) {
-        let expired: Vec<oneshot::Sender<ProposalResult>> = {
-            let mut w = self.waiters.lock();
-            if w.values().all(|x| x.deadline > now) {
-                return;
-            }
-            let ids: Vec<u64> = w
-                .iter()
-                .filter(|(_, x)| x.deadline <= now)
-                .map(|(id, _)| *id)
-                .collect();
-            ids.iter()
-                .filter_map(|id| w.remove(id))
-                .map(|x| x.tx)
-                .collect()
-        };
-        for tx in expired {
-            let _ = tx.send(Err(ServerError::Timeout));
+        // (collected first: the proposers are answered after the lock)
+        let expired: Vec<Waiter> = self
+            .waiters
+            .lock()
+            .extract_if(|_, x| x.deadline <= now)
+            .map(|(_, x)| x)
+            .collect();
+        for x in expired {
+            let _ = x.tx.send(Err(ServerError::Timeout));
         }
     }
 
