@@ -771,3 +771,83 @@ async fn peer_metric_families_match_etcd_351() {
     })
     .await;
 }
+
+/// KV's unary calls count their messages' exact bytes, their messages
+/// and their codes as etcd counts them (its codec counts each message's
+/// length; go-grpc-prometheus counts the call, the message it received,
+/// the one it sent on success and the code it ended with). retcd counts
+/// these calls in the KV route itself, not through a counting body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_unary_calls_count_exact_bytes_and_codes() {
+    use prost::Message as _;
+    use retcd_api::etcdserverpb::{kv_client::KvClient, PutRequest, RangeRequest};
+    bounded(LIMIT * 2, async {
+        for flavor in targets() {
+            let who = flavor.name();
+            let c = start(flavor, 1).await;
+            let ep = c.endpoints()[0].clone();
+            let mut kv = KvClient::connect(ep.clone()).await.expect("connect");
+            let before = scrape(&ep);
+            let put = PutRequest {
+                key: b"mx/key".to_vec(),
+                value: vec![b'v'; 300],
+                ..Default::default()
+            };
+            let put_resp = kv.put(put.clone()).await.expect("put").into_inner();
+            let ok = RangeRequest {
+                key: b"mx/key".to_vec(),
+                ..Default::default()
+            };
+            let ok_resp = kv.range(ok.clone()).await.expect("range").into_inner();
+            assert_eq!(ok_resp.kvs.len(), 1, "{who}");
+            let future = RangeRequest {
+                key: b"mx/key".to_vec(),
+                revision: 1_000_000,
+                ..Default::default()
+            };
+            let err = kv.range(future.clone()).await.expect_err("future revision");
+            assert_eq!(err.code(), tonic::Code::OutOfRange, "{who}: {err:?}");
+            let after = scrape(&ep);
+            let delta = |fam: &str, want: &[(&str, &str)]| {
+                after[fam].value(fam, want) - before[fam].value(fam, want)
+            };
+            let received = (put.encoded_len() + ok.encoded_len() + future.encoded_len()) as f64;
+            let sent = (put_resp.encoded_len() + ok_resp.encoded_len()) as f64;
+            assert_eq!(
+                delta("etcd_network_client_grpc_received_bytes_total", &[]),
+                received,
+                "{who}: received bytes"
+            );
+            assert_eq!(
+                delta("etcd_network_client_grpc_sent_bytes_total", &[]),
+                sent,
+                "{who}: sent bytes"
+            );
+            let range = [
+                ("grpc_method", "Range"),
+                ("grpc_service", "etcdserverpb.KV"),
+            ];
+            let put_m = [("grpc_method", "Put"), ("grpc_service", "etcdserverpb.KV")];
+            for (fam, m, want) in [
+                ("grpc_server_started_total", &range, 2.0),
+                ("grpc_server_msg_received_total", &range, 2.0),
+                ("grpc_server_msg_sent_total", &range, 1.0),
+                ("grpc_server_started_total", &put_m, 1.0),
+                ("grpc_server_msg_received_total", &put_m, 1.0),
+                ("grpc_server_msg_sent_total", &put_m, 1.0),
+            ] {
+                assert_eq!(delta(fam, m), want, "{who}: {fam} {m:?}");
+            }
+            let handled = "grpc_server_handled_total";
+            for (m, code, want) in [
+                (&range, "OK", 1.0),
+                (&range, "OutOfRange", 1.0),
+                (&put_m, "OK", 1.0),
+            ] {
+                let labels = [m[0], m[1], ("grpc_code", code)];
+                assert_eq!(delta(handled, &labels), want, "{who}: {m:?} {code}");
+            }
+        }
+    })
+    .await;
+}

@@ -19,6 +19,7 @@ use tonic::Status;
 use tonic_prost::ProstDecoder;
 
 use crate::etcdserverpb::RangeResponse;
+use crate::mvccpb::KeyValue;
 
 /// [`tonic_prost::ProstCodec`] with an exact-size encode buffer.
 #[derive(Debug, Clone)]
@@ -112,11 +113,38 @@ pub fn encode_range_draining(r: &mut RangeResponse, buf: &mut impl bytes::BufMut
     }
 }
 
+/// Encodes a `KeyValue` as prost does (the same bytes), writing its key
+/// and value as slices. prost writes a `Bytes` field by cloning it into
+/// the buffer, and the first clone of a `Bytes` made from a `Vec`
+/// allocates (it becomes shared): a put's row was two allocations more.
+pub fn encode_key_value(kv: &KeyValue) -> Vec<u8> {
+    use encoding::{encode_key, encode_varint, int64, WireType};
+    fn bytes(tag: u32, b: &[u8], buf: &mut Vec<u8>) {
+        if !b.is_empty() {
+            encode_key(tag, WireType::LengthDelimited, buf);
+            encode_varint(b.len() as u64, buf);
+            buf.extend_from_slice(b);
+        }
+    }
+    fn int(tag: u32, v: i64, buf: &mut Vec<u8>) {
+        if v != 0 {
+            int64::encode(tag, &v, buf);
+        }
+    }
+    let mut buf = Vec::with_capacity(kv.encoded_len());
+    bytes(1, &kv.key, &mut buf);
+    int(2, kv.create_revision, &mut buf);
+    int(3, kv.mod_revision, &mut buf);
+    int(4, kv.version, &mut buf);
+    bytes(5, &kv.value, &mut buf);
+    int(6, kv.lease, &mut buf);
+    buf
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::etcdserverpb::ResponseHeader;
-    use crate::mvccpb::KeyValue;
 
     #[test]
     fn test_draining_range_encoding_is_prosts() {
@@ -154,6 +182,31 @@ mod tests {
             encode_range_draining(&mut drained, &mut got);
             assert_eq!(got, want);
             assert!(drained.kvs.is_empty(), "every kv dropped once written");
+        }
+    }
+
+    #[test]
+    fn test_key_value_rows_are_prost_bytes() {
+        let full = KeyValue {
+            key: b"k/1".to_vec().into(),
+            create_revision: 7,
+            mod_revision: 300,
+            version: 2,
+            value: vec![b'v'; 200].into(),
+            lease: -5,
+        };
+        let tombstone = KeyValue {
+            key: b"gone".to_vec().into(),
+            mod_revision: 9,
+            ..Default::default()
+        };
+        let large = KeyValue {
+            value: vec![0u8; 70_000].into(),
+            mod_revision: i64::MAX,
+            ..full.clone()
+        };
+        for kv in [full, tombstone, large, KeyValue::default()] {
+            assert_eq!(encode_key_value(&kv), kv.encode_to_vec(), "{kv:?}");
         }
     }
 }

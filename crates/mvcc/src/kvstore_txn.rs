@@ -20,7 +20,6 @@
 //! auth, alarms, the compaction mark), and a batch that opened one writes
 //! the memtable to redb with it.
 
-use prost::Message;
 use redb::WriteTransaction;
 use retcd_api::etcdserverpb::{
     compare, request_op, response_op, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
@@ -167,7 +166,7 @@ impl<'a> WriteBatch<'a> {
     /// Queues `kv`'s row at `rev` for the `key` table (see
     /// `pending_rows`); returns the row's size.
     fn insert_row(&self, rev: Revision, tombstone: bool, kv: &KeyValue) -> usize {
-        let row = kv.encode_to_vec();
+        let row = retcd_api::codec::encode_key_value(kv);
         let len = row.len();
         self.pending_rows.borrow_mut().push(MemRow {
             rev,

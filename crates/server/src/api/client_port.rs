@@ -10,6 +10,7 @@
 
 use super::error_map;
 use super::gateway;
+use super::grpc::kv_server::Unary;
 use super::grpc::Servers;
 use super::grpc_metrics::Call;
 use crate::error::ServerError;
@@ -130,7 +131,21 @@ impl ClientPort {
         // outermost: the metrics count what the guard refuses too; the
         // request's trailers are dropped on either path (see
         // `grpc_metrics::drop_request_trailers`)
-        let call = Call::begin(req.uri().path(), req.headers());
+        let mut call = Call::begin(req.uri().path(), req.headers());
+        if let (Grpc::Kv, Some(method)) = (grpc, Unary::of(req.uri().path())) {
+            if let Some(call) = call.take() {
+                // KV's unary calls count their request and reply themselves
+                // (`KvRoute::answer`); their request trailers are never read
+                let mut req = req;
+                let front = front.clone();
+                return Box::pin(async move {
+                    Ok(match guard(&front.server, &mut req) {
+                        Some(refused) => call.response(refused),
+                        None => front.servers.kv.answer(req, method, call).await,
+                    })
+                });
+            }
+        }
         let mut req = match &call {
             Some(c) => req.map(|b| c.request_body(b)),
             None => req.map(super::grpc_metrics::drop_request_trailers),

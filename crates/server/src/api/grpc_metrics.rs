@@ -26,7 +26,6 @@ use axum::http;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use prometheus::{Histogram, IntCounter};
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};
@@ -183,7 +182,8 @@ impl Children {
 }
 
 struct Table {
-    by_path: HashMap<String, usize>,
+    /// Method index by path (foldhash: looked up on every call).
+    by_path: foldhash::HashMap<String, usize>,
     children: Vec<OnceLock<Children>>,
 }
 
@@ -294,6 +294,64 @@ impl Call {
             })
         })
     }
+}
+
+/// A call's reply counted by the body that carries it (the KV route's
+/// unary replies, `kv_server::ReplyBody`): the counts [`Counted`] would
+/// make, without a counting body (and its box) around the reply. The call
+/// stays in flight until the reply is dropped; a reply dropped before its
+/// status is a call the client cancelled.
+pub(crate) struct Reply {
+    c: &'static Children,
+    start: Instant,
+    done: bool,
+    _in_flight: InFlight,
+}
+
+impl Call {
+    /// The call whose reply will count itself ([`Reply`]).
+    pub(crate) fn into_reply(self) -> Reply {
+        Reply {
+            c: self.c,
+            start: self.start,
+            done: false,
+            _in_flight: self.in_flight,
+        }
+    }
+}
+
+impl Reply {
+    /// A message goes out; `prefix` starts with its 5-byte gRPC prefix.
+    pub(crate) fn sent(&self, prefix: &[u8]) {
+        if let Some(len) = prefix.get(1..5) {
+            self.c.sent.inc();
+            let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+            global().client_grpc_sent_bytes.inc_by(len as u64);
+        }
+    }
+
+    /// The call ended with `code`.
+    pub(crate) fn finish(&mut self, code: tonic::Code) {
+        if !self.done {
+            self.done = true;
+            self.c.finish(code as usize, self.start);
+        }
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if !self.done {
+            // the client went away before the call ended
+            self.c.finish(CANCELED, self.start);
+        }
+    }
+}
+
+/// A request message of `len` bytes came in on a call whose request body
+/// is not counted by [`Counted`] (the KV route's unary calls).
+pub(crate) fn received_bytes(len: u64) {
+    global().client_grpc_received_bytes.inc_by(len);
 }
 
 /// Client gRPC calls in progress (from the request to the end of the

@@ -23,6 +23,7 @@
 use super::framing::{message_prefix, set_grpc_content_type, trailers};
 use super::kv::KvService;
 use crate::api::credentials_in;
+use crate::api::grpc_metrics::{received_bytes, Call, Reply};
 use crate::auth::Credentials;
 use crate::server::{EtcdServer, RangeReply};
 use bytes::{Buf, Bytes, BytesMut};
@@ -85,28 +86,51 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let method = match req.uri().path() {
-            "/etcdserverpb.KV/Range" => Unary::Range,
-            "/etcdserverpb.KV/Put" => Unary::Put,
-            "/etcdserverpb.KV/DeleteRange" => Unary::DeleteRange,
-            "/etcdserverpb.KV/Txn" => Unary::Txn,
-            "/etcdserverpb.KV/Compact" => Unary::Compact,
-            _ => return self.generated.call(req),
+        let Some(method) = Unary::of(req.uri().path()) else {
+            return self.generated.call(req);
         };
         let server = self.server.clone();
         let max = self.max_decoding_message_size;
         Box::pin(async move {
-            Ok(match unary(&server, max, req, method).await {
-                Ok(resp) => resp,
+            Ok(match unary(&server, max, req, method, false).await {
+                Ok(body) => grpc_response(body),
                 Err(status) => status.into_http(),
             })
         })
     }
 }
 
+impl KvRoute {
+    /// Answers a unary call the client port began counting (`call`): its
+    /// request bytes and its reply are counted here, the reply by its own
+    /// body (`grpc_metrics::Reply`), with no counting body around either.
+    pub(crate) async fn answer(
+        &self,
+        req: http::Request<tonic::body::Body>,
+        method: Unary,
+        call: Call,
+    ) -> http::Response<tonic::body::Body> {
+        match unary(
+            &self.server,
+            self.max_decoding_message_size,
+            req,
+            method,
+            true,
+        )
+        .await
+        {
+            Ok(mut body) => {
+                body.reply = Some(call.into_reply());
+                grpc_response(body)
+            }
+            Err(status) => call.response(status.into_http()),
+        }
+    }
+}
+
 /// The unary methods of `etcdserverpb.KV`.
 #[derive(Clone, Copy)]
-enum Unary {
+pub(crate) enum Unary {
     Range,
     Put,
     DeleteRange,
@@ -114,20 +138,35 @@ enum Unary {
     Compact,
 }
 
-/// Reads the call's one request message, runs `method` and starts its
-/// response.
+impl Unary {
+    /// The unary method a request path names.
+    pub(crate) fn of(path: &str) -> Option<Unary> {
+        Some(match path {
+            "/etcdserverpb.KV/Range" => Unary::Range,
+            "/etcdserverpb.KV/Put" => Unary::Put,
+            "/etcdserverpb.KV/DeleteRange" => Unary::DeleteRange,
+            "/etcdserverpb.KV/Txn" => Unary::Txn,
+            "/etcdserverpb.KV/Compact" => Unary::Compact,
+            _ => return None,
+        })
+    }
+}
+
+/// Reads the call's one request message (its bytes counted in the
+/// metrics when `count`), runs `method` and starts its reply.
 async fn unary<B>(
     server: &EtcdServer,
     max: usize,
     req: http::Request<B>,
     method: Unary,
-) -> Result<http::Response<tonic::body::Body>, Status>
+    count: bool,
+) -> Result<ReplyBody, Status>
 where
     B: Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
     let (parts, body) = req.into_parts();
-    let request = read_request(body, max).await?;
+    let request = read_request(body, max, count).await?;
     let creds = credentials_in(server, &parts.headers);
     let reply = match method {
         Unary::Range => return range(server, decode(request)?, &creds).await,
@@ -136,15 +175,17 @@ where
         Unary::Txn => encode(&server.txn(decode(request)?, &creds).await?)?,
         Unary::Compact => encode(&server.compact(decode(request)?, &creds).await?)?,
     };
-    Ok(grpc_response(ReplyBody::whole(reply)))
+    Ok(ReplyBody::whole(reply))
 }
 
 /// `body`'s first gRPC message, its bytes, with grpc-go's (etcd's) errors
 /// in grpc-go's order: the length in the prefix against `max` as soon as
 /// the prefix is in, then the message read whole, then its format. Reading
 /// stops at the message's end, as grpc-go reads one message for a unary
-/// method: whatever follows it is never buffered.
-async fn read_request<B>(body: B, max: usize) -> Result<Bytes, Status>
+/// method: whatever follows it is never buffered. With `count`, the
+/// message's length is counted in the received bytes once its prefix is in
+/// (as `grpc_metrics` counts a request body).
+async fn read_request<B>(body: B, max: usize, count: bool) -> Result<Bytes, Status>
 where
     B: Body,
     B::Error: Into<StdError>,
@@ -181,6 +222,9 @@ where
         let seen: &[u8] = joined.as_deref().unwrap_or(&single);
         if end.is_none() && seen.len() >= 5 {
             let len = u32::from_be_bytes([seen[1], seen[2], seen[3], seen[4]]) as usize;
+            if count {
+                received_bytes(len as u64);
+            }
             if len > max {
                 return Err(Status::resource_exhausted(format!(
                     "grpc: received message larger than max ({len} vs. {max})"
@@ -236,12 +280,12 @@ fn grpc_response(body: ReplyBody) -> http::Response<tonic::body::Body> {
     resp
 }
 
-/// Runs a Range and starts its response.
+/// Runs a Range and starts its reply.
 async fn range(
     server: &EtcdServer,
     request: RangeRequest,
     creds: &Credentials,
-) -> Result<http::Response<tonic::body::Body>, Status> {
+) -> Result<ReplyBody, Status> {
     let reply = server.range_reply(request, creds).await?;
     let body = match reply {
         RangeReply::Built(mut r) => {
@@ -299,10 +343,11 @@ async fn range(
                 first: Some(first.into()),
                 rest: Some(rx),
                 trailers: true,
+                reply: None,
             }
         }
     };
-    Ok(grpc_response(body))
+    Ok(body)
 }
 
 /// A unary response body: the message (whole, or a streamed Range's first
@@ -314,6 +359,8 @@ struct ReplyBody {
     /// Bytes of the message still to come from `rest`.
     remaining: usize,
     trailers: bool,
+    /// The call's counts, when the client port left them to this body.
+    reply: Option<Reply>,
 }
 
 impl ReplyBody {
@@ -323,11 +370,15 @@ impl ReplyBody {
             rest: None,
             remaining: 0,
             trailers: true,
+            reply: None,
         }
     }
 
     fn trailers(&mut self, status: Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         self.trailers = false;
+        if let Some(r) = &mut self.reply {
+            r.finish(status.code());
+        }
         Poll::Ready(Some(trailers(&status).map(Frame::trailers)))
     }
 }
@@ -342,6 +393,9 @@ impl http_body::Body for ReplyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = &mut *self;
         if let Some(b) = this.first.take() {
+            if let Some(r) = &this.reply {
+                r.sent(&b);
+            }
             return Poll::Ready(Some(Ok(Frame::data(b))));
         }
         if let Some(rx) = &mut this.rest {
