@@ -39,11 +39,11 @@ pub(crate) fn main() {
     for n in &cfg.notices {
         retcd_server::log::notice(n);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("retcd-worker")
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = client_workers() {
+        builder.worker_threads(n);
+    }
+    let rt = match builder.enable_all().thread_name("retcd-worker").build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("retcd: cannot start the runtime: {e}");
@@ -57,6 +57,23 @@ pub(crate) fn main() {
     }
     drop(rt);
     retcd_server::run::reraise_signal();
+}
+
+/// The client runtime's worker threads: one fewer than the CPUs this
+/// process may run on, and at least one (`TOKIO_WORKER_THREADS`, when
+/// set, decides instead). The raft thread (the WAL's fdatasync, the
+/// apply) keeps a CPU busy of its own; a worker for every CPU beside it
+/// only adds wake-ups: a worker woken from outside the runtime (the raft
+/// thread answering) wakes a sibling to keep one searching, which finds
+/// nothing and parks again. On two CPUs one worker took 8–27 % less CPU
+/// per request on every standard row at the same throughput
+/// (docs/benchmarks.md, twenty-eighth session).
+fn client_workers() -> Option<usize> {
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_some() {
+        return None;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some(cpus.saturating_sub(1).max(1))
 }
 
 /// etcd's answers to what stops it before it starts: help and version on
