@@ -28,8 +28,9 @@
 //! fdatasync after an append into a `fallocate`d (unwritten) extent also
 //! writes the extent tree, into written zeros only the data (a 4–110 KiB
 //! append + fdatasync: p50 0.13–0.17 ms instead of 0.26–0.29 ms on this
-//! machine). Once a segment has taken 1 MiB or 1000 synced saves, the next
-//! one is prepared on a background thread (`spare.wal.tmp`: zeros written
+//! machine). Once a segment that was not prepared has taken 1 MiB or 1000
+//! synced saves, or a prepared one is half written, the next one is
+//! prepared on a background thread (`spare.wal.tmp`: zeros written
 //! and synced 256 KiB at a time, only with four segments' room free); when
 //! it is ready the log moves onto it — at once if the current segment was
 //! not such a spare (the old one is cut to its written length, as etcd's
@@ -512,12 +513,21 @@ impl Wal {
 
     /// After an append: cuts a new segment when this one is full, or
     /// early onto a prepared (zero-filled) spare when this one was not
-    /// prepared; starts preparing the next spare once this segment has
-    /// taken [`SPARE_AFTER`] bytes or [`SPARE_AFTER_SYNCS`] synced saves
-    /// (so an idle member writes none).
+    /// prepared; starts preparing the next spare once a segment that was
+    /// not prepared has taken [`SPARE_AFTER`] bytes or
+    /// [`SPARE_AFTER_SYNCS`] synced saves (so an idle member writes none),
+    /// or once a prepared one is half written (its successor is needed
+    /// only when it is full: started after its first MiB, a fresh member
+    /// zeroed 128 MiB for a run that wrote 20 MB of log).
     fn maybe_cut(&mut self) -> Result<()> {
         let prealloc = prealloc_size(self.segment_size);
-        let busy = self.appended >= SPARE_AFTER || self.appended_syncs >= SPARE_AFTER_SYNCS;
+        let busy = if self.zeroed {
+            // (the zeros end at the preallocated length: the segment size,
+            // or less in unit tests)
+            self.offset >= prealloc / 2
+        } else {
+            self.appended >= SPARE_AFTER || self.appended_syncs >= SPARE_AFTER_SYNCS
+        };
         if prealloc > 0 && self.spare.is_none() && busy {
             self.spare = Some(segment::Spare::start(&self.dir, prealloc));
         }

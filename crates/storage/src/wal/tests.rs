@@ -986,6 +986,49 @@ fn test_log_moves_onto_a_prepared_spare() {
     });
 }
 
+/// On a prepared segment the next spare is started only once the segment
+/// is half written (it is needed when the segment is full), not after its
+/// first MiB.
+#[test]
+fn test_next_spare_waits_for_half_of_a_prepared_segment() {
+    with_prealloc(8 << 20, || {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(dir.path(), b"m").unwrap();
+        let mut i = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !w.zeroed {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no switch to the spare"
+            );
+            i += 1;
+            w.save(None, &[big_ent(i)]).unwrap();
+            if i > 300 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        assert!(w.spare.is_none(), "the spare in use is not a next one");
+        // 2 MiB into the 8 MiB prepared segment: past SPARE_AFTER, short of half
+        for _ in 0..512 {
+            i += 1;
+            w.save(None, &[big_ent(i)]).unwrap();
+        }
+        assert!(w.offset < 4 << 20, "offset {}", w.offset);
+        assert!(w.spare.is_none(), "a spare started before half the segment");
+        while w.offset < 4 << 20 {
+            i += 1;
+            w.save(None, &[big_ent(i)]).unwrap();
+        }
+        assert!(
+            w.spare.is_some(),
+            "no spare once half the segment is written"
+        );
+        drop(w);
+        let (_, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries, (1..=i).map(big_ent).collect::<Vec<_>>());
+    });
+}
+
 /// A log dropped while its spare is prepared: the next open removes the
 /// unfinished spare and replays everything.
 #[test]
