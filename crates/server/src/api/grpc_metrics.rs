@@ -272,35 +272,26 @@ impl Call {
     pub(crate) fn response(self, mut resp: http::Response<Body>) -> http::Response<Body> {
         crate::api::error_map::grpc_go_size_error(resp.headers_mut());
         // a trailers-only answer: the status is in the headers
-        let code = resp.headers().get(GRPC_STATUS).map(code_of);
-        if let Some(code) = code {
-            self.c.finish(code, self.start);
+        let mut reply = self.into_reply();
+        if let Some(code) = resp.headers().get(GRPC_STATUS).map(code_of) {
+            reply.finish(code);
         }
-        let Call {
-            c,
-            start,
-            in_flight,
-        } = self;
         resp.map(|b| {
             Body::new(Counted {
                 inner: b,
                 frames: Frames::default(),
-                side: Side::Response {
-                    c,
-                    start,
-                    done: code.is_some(),
-                    _in_flight: in_flight,
-                },
+                side: Side::Response(reply),
             })
         })
     }
 }
 
-/// A call's reply counted by the body that carries it (the KV route's
-/// unary replies, `kv_server::ReplyBody`): the counts [`Counted`] would
-/// make, without a counting body (and its box) around the reply. The call
-/// stays in flight until the reply is dropped; a reply dropped before its
-/// status is a call the client cancelled.
+/// A call's reply: its messages and its status counted as they leave,
+/// by [`Counted`] around a response body, or by the body itself (the KV
+/// route's unary replies, `kv_server::ReplyBody`: no counting body and
+/// its box around them). The call stays in flight until the reply is
+/// dropped; a reply dropped before its status is a call the client
+/// cancelled.
 pub(crate) struct Reply {
     c: &'static Children,
     start: Instant,
@@ -321,20 +312,24 @@ impl Call {
 }
 
 impl Reply {
+    /// A message of `len` bytes goes out.
+    fn message(&self, len: u64) {
+        self.c.sent.inc();
+        global().client_grpc_sent_bytes.inc_by(len);
+    }
+
     /// A message goes out; `prefix` starts with its 5-byte gRPC prefix.
     pub(crate) fn sent(&self, prefix: &[u8]) {
         if let Some(len) = prefix.get(1..5) {
-            self.c.sent.inc();
-            let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-            global().client_grpc_sent_bytes.inc_by(len as u64);
+            self.message(u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as u64);
         }
     }
 
-    /// The call ended with `code`.
-    pub(crate) fn finish(&mut self, code: tonic::Code) {
+    /// The call ended with gRPC code `code` (only its first end counts).
+    pub(crate) fn finish(&mut self, code: usize) {
         if !self.done {
             self.done = true;
-            self.c.finish(code as usize, self.start);
+            self.c.finish(code, self.start);
         }
     }
 }
@@ -348,8 +343,8 @@ impl Drop for Reply {
     }
 }
 
-/// A request message of `len` bytes came in on a call whose request body
-/// is not counted by [`Counted`] (the KV route's unary calls).
+/// A request message of `len` bytes came in (counted by [`Counted`], or
+/// by the KV route for its unary calls).
 pub(crate) fn received_bytes(len: u64) {
     global().client_grpc_received_bytes.inc_by(len);
 }
@@ -430,12 +425,7 @@ enum Side {
     /// A request body; None: not counted (a call of no known method),
     /// only its trailers dropped.
     Request(Option<&'static Children>),
-    Response {
-        c: &'static Children,
-        start: Instant,
-        done: bool,
-        _in_flight: InFlight,
-    },
+    Response(Reply),
 }
 
 /// A body whose gRPC messages are counted as they pass.
@@ -472,29 +462,19 @@ impl http_body::Body for Counted {
                         if streaming {
                             c.received.inc();
                         }
-                        global().client_grpc_received_bytes.inc_by(len);
+                        received_bytes(len);
                     });
                 }
             }
-            (Poll::Ready(Some(Ok(f))), Side::Response { c, start, done, .. }) => {
+            (Poll::Ready(Some(Ok(f))), Side::Response(reply)) => {
                 if let Some(d) = f.data_ref() {
-                    this.frames.feed(d, |len| {
-                        c.sent.inc();
-                        global().client_grpc_sent_bytes.inc_by(len);
-                    });
+                    this.frames.feed(d, |len| reply.message(len));
                 } else if let Some(t) = f.trailers_ref() {
-                    if !*done {
-                        *done = true;
-                        let code = t.get(GRPC_STATUS).map_or(UNKNOWN, code_of);
-                        c.finish(code, *start);
-                    }
+                    reply.finish(t.get(GRPC_STATUS).map_or(UNKNOWN, code_of));
                 }
             }
-            (Poll::Ready(None), Side::Response { c, start, done, .. }) if !*done => {
-                // ended without a status
-                *done = true;
-                c.finish(UNKNOWN, *start);
-            }
+            // ended without a status
+            (Poll::Ready(None), Side::Response(reply)) => reply.finish(UNKNOWN),
             _ => {}
         }
         r
@@ -521,17 +501,6 @@ pub(crate) fn drop_request_trailers(b: Body) -> Body {
         frames: Frames::default(),
         side: Side::Request(None),
     })
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        if let Side::Response { c, start, done, .. } = &self.side {
-            if !*done {
-                // the client went away before the call ended
-                c.finish(CANCELED, *start);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

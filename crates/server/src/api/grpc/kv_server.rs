@@ -377,7 +377,7 @@ impl ReplyBody {
     fn trailers(&mut self, status: Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         self.trailers = false;
         if let Some(r) = &mut self.reply {
-            r.finish(status.code());
+            r.finish(status.code() as usize);
         }
         Poll::Ready(Some(trailers(&status).map(Frame::trailers)))
     }
