@@ -1045,6 +1045,11 @@ impl Run {
             lin_time,
             if rep.violations.is_empty() { "OK".to_string() } else { format!("{} PROBLEM(S)", rep.violations.len()) }
         );
+        // The problems again, each on its own line, before the long log
+        // tails: CI keeps only the head and the tail of a failure's output.
+        for v in &rep.violations {
+            eprintln!("robustness: {} seed {}: PROBLEM: {}", rep.name, rep.seed, v);
+        }
         if !rep.ok() {
             eprintln!("{}", self.rc.cluster.log_tails(3000));
             // The members' whole logs beside the record: the cluster's temp
