@@ -78,7 +78,6 @@ pub struct RaftNode {
 }
 
 /// The loop's own state, beside the node's parts.
-#[derive(Default)]
 struct Turn {
     reads: Reads,
     /// Conf changes held back while the leader still has one pending
@@ -96,6 +95,20 @@ struct Turn {
     stop: Option<oneshot::Sender<()>>,
     /// When followers learn of commits (leader only).
     notice: CommitNotice,
+}
+
+impl Turn {
+    fn new(member: u64) -> Turn {
+        Turn {
+            reads: Reads::new(member),
+            deferred: Vec::new(),
+            removed_at: None,
+            nospace_due: false,
+            nospace_proposed: None,
+            stop: None,
+            notice: CommitNotice::default(),
+        }
+    }
 }
 
 /// A removed member exits this long after it learnt of its removal (etcd
@@ -124,7 +137,7 @@ impl RaftNode {
             .set_write_out_observer(Arc::new(move |took: Duration| {
                 metrics.backend_commit.observe(took.as_secs_f64())
             }));
-        let mut turn = Turn::default();
+        let mut turn = Turn::new(self.raw.raft.id);
         let mut next_tick = Instant::now() + self.cfg.tick;
         let mut last_durable = Instant::now();
         let mut undurable_ops: u64 = 0;

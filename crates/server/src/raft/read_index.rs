@@ -6,12 +6,21 @@
 //! An unanswered ReadIndex is sent again every [`READ_INDEX_RETRY`] (raft
 //! drops it while there is no leader, or before the leader has committed
 //! an entry of its term) and given up after [`READ_INDEX_GIVE_UP`].
+//!
+//! A ReadIndex's context must never have been used before by any member:
+//! raft's leader keys pending reads by their context alone, counts every
+//! heartbeat response echoing it as an acknowledgement, and a leader
+//! sends the context of its newest pending read (its own or one a
+//! follower forwarded) on every heartbeat. With a context used earlier, a
+//! leader that was paused and has since been deposed confirms a new read
+//! with responses its followers sent before the pause, and answers from
+//! its stale state. So the context is this member's id followed by a
+//! counter seeded from the clock (etcd uses its request id generator).
 
-use super::storage::RaftStorage;
 use crate::error::ServerError;
-use raft::{RawNode, ReadState};
+use raft::{RawNode, ReadState, Storage};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
 /// How often an unanswered ReadIndex is sent again (etcd: 500 ms).
@@ -29,30 +38,66 @@ struct InflightRead {
 }
 
 /// The raft thread's reads; see the module documentation.
-#[derive(Default)]
 pub(super) struct Reads {
+    /// This member's id: the first half of every context it sends.
+    member: u64,
     /// Reads waiting for the next ReadIndex to be issued.
     pending: Vec<Reader>,
-    /// ReadIndex requests in flight, by context.
+    /// ReadIndex requests in flight, by the counter in their context.
     inflight: HashMap<u64, InflightRead>,
     /// Reads whose index is known, waiting for applied ≥ index.
     waiting: Vec<(u64, Vec<Reader>)>,
+    /// The next context's counter: the start time in nanoseconds, so a
+    /// restarted member does not repeat the contexts it sent before.
     next_ctx: u64,
 }
 
 impl Reads {
+    /// The reads of member `member`.
+    pub(super) fn new(member: u64) -> Reads {
+        let now_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Reads {
+            member,
+            pending: Vec::new(),
+            inflight: HashMap::new(),
+            waiting: Vec::new(),
+            next_ctx: now_ns,
+        }
+    }
+
+    /// The context of ReadIndex `n`: this member's id, then `n`.
+    fn context(&self, n: u64) -> Vec<u8> {
+        let mut ctx = Vec::with_capacity(16);
+        ctx.extend_from_slice(&self.member.to_be_bytes());
+        ctx.extend_from_slice(&n.to_be_bytes());
+        ctx
+    }
+
+    /// The counter of one of this member's contexts; None for anything
+    /// else.
+    fn counter(&self, ctx: &[u8]) -> Option<u64> {
+        let (member, n) = ctx.split_at_checked(8)?;
+        if member != self.member.to_be_bytes() {
+            return None;
+        }
+        Some(u64::from_be_bytes(n.try_into().ok()?))
+    }
+
     pub(super) fn push(&mut self, reader: Reader) {
         self.pending.push(reader);
     }
 
     /// Issues one ReadIndex for every pending read, unless one is in flight.
-    pub(super) fn issue(&mut self, raw: &mut RawNode<RaftStorage>) {
+    pub(super) fn issue<S: Storage>(&mut self, raw: &mut RawNode<S>) {
         if self.pending.is_empty() || !self.inflight.is_empty() {
             return;
         }
         self.next_ctx += 1;
         let ctx = self.next_ctx;
-        raw.read_index(ctx.to_be_bytes().to_vec());
+        raw.read_index(self.context(ctx));
         let now = Instant::now();
         self.inflight.insert(
             ctx,
@@ -67,18 +112,22 @@ impl Reads {
     /// Sends unanswered ReadIndex requests again; fails very old ones.
     /// Returns how many were given up and how many were sent again (etcd's
     /// slow read indexes).
-    pub(super) fn retry(&mut self, raw: &mut RawNode<RaftStorage>) -> (u64, u64) {
+    pub(super) fn retry<S: Storage>(&mut self, raw: &mut RawNode<S>) -> (u64, u64) {
         let now = Instant::now();
         let mut give_up = Vec::new();
         let mut again = 0;
+        let mut resend = Vec::new();
         for (ctx, r) in self.inflight.iter_mut() {
             if now.duration_since(r.first_sent) >= READ_INDEX_GIVE_UP {
                 give_up.push(*ctx);
             } else if now.duration_since(r.last_sent) >= READ_INDEX_RETRY {
                 r.last_sent = now;
-                again += 1;
-                raw.read_index(ctx.to_be_bytes().to_vec());
+                resend.push(*ctx);
             }
+        }
+        for ctx in resend {
+            again += 1;
+            raw.read_index(self.context(ctx));
         }
         for ctx in &give_up {
             if let Some(r) = self.inflight.remove(ctx) {
@@ -93,10 +142,10 @@ impl Reads {
     /// The read states of a Ready: their reads now wait for the index.
     pub(super) fn on_read_states(&mut self, states: Vec<ReadState>) {
         for rs in states {
-            let Ok(ctx) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) else {
+            let Some(ctx) = self.counter(&rs.request_ctx) else {
                 continue;
             };
-            if let Some(r) = self.inflight.remove(&u64::from_be_bytes(ctx)) {
+            if let Some(r) = self.inflight.remove(&ctx) {
                 self.waiting.push((rs.index, r.waiters));
             }
         }
@@ -114,5 +163,154 @@ impl Reads {
                 true
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::eraftpb::{ConfState, Message, MessageType};
+    use raft::storage::MemStorage;
+    use raft::{Config, ReadOnlyOption};
+    use tokio::sync::oneshot::error::TryRecvError;
+
+    /// Member `id` of an in-memory cluster of voters 1, 2, 3, configured
+    /// as the server configures raft (ReadOnlySafe, check quorum, pre-vote).
+    fn node(id: u64) -> RawNode<MemStorage> {
+        let storage = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
+        let cfg = Config {
+            id,
+            election_tick: 10,
+            heartbeat_tick: 1,
+            check_quorum: true,
+            pre_vote: true,
+            read_only_option: ReadOnlyOption::Safe,
+            ..Default::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        RawNode::new(&cfg, storage, &logger).expect("raft node")
+    }
+
+    /// One Ready of `n`: persisted, applied, its read states given to
+    /// `reads` (then answered up to the applied index); the messages out.
+    fn ready(n: &mut RawNode<MemStorage>, reads: &mut Reads) -> Vec<Message> {
+        let mut out = Vec::new();
+        if !n.has_ready() {
+            return out;
+        }
+        let mut rd = n.ready();
+        out.extend(rd.take_messages());
+        n.mut_store().wl().append(rd.entries()).expect("append");
+        if let Some(hs) = rd.hs() {
+            n.mut_store().wl().set_hardstate(hs.clone());
+        }
+        out.extend(rd.take_persisted_messages());
+        reads.on_read_states(rd.take_read_states());
+        let mut light = n.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            n.mut_store().wl().mut_hard_state().set_commit(commit);
+        }
+        out.extend(light.take_messages());
+        n.advance_apply();
+        reads.answer(n.raft.raft_log.applied);
+        out
+    }
+
+    /// Delivers `msgs` and everything they cause until the cluster is
+    /// quiet; messages `hold` picks are kept back and returned instead.
+    fn pump(
+        nodes: &mut [RawNode<MemStorage>],
+        reads: &mut [Reads],
+        mut msgs: Vec<Message>,
+        hold: impl Fn(&Message) -> bool,
+    ) -> Vec<Message> {
+        let mut held = Vec::new();
+        for _ in 0..100 {
+            for (i, n) in nodes.iter_mut().enumerate() {
+                msgs.extend(ready(n, &mut reads[i]));
+            }
+            if msgs.is_empty() {
+                return held;
+            }
+            for m in std::mem::take(&mut msgs) {
+                if hold(&m) {
+                    held.push(m);
+                } else {
+                    let _ = nodes[(m.to - 1) as usize].step(m);
+                }
+            }
+        }
+        panic!("the cluster did not settle");
+    }
+
+    fn reader(reads: &mut Reads) -> oneshot::Receiver<Result<(), ServerError>> {
+        let (tx, rx) = oneshot::channel();
+        reads.push(tx);
+        rx
+    }
+
+    fn is(t: MessageType) -> impl Fn(&Message) -> bool {
+        move |m| m.get_msg_type() == t
+    }
+
+    #[test]
+    fn test_contexts_differ_between_members() {
+        let (mut a, mut b) = (Reads::new(1), Reads::new(2));
+        a.next_ctx = 5;
+        b.next_ctx = 5;
+        assert_ne!(a.context(5), b.context(5));
+        assert_eq!(a.counter(&a.context(5)), Some(5));
+        assert_eq!(a.counter(&b.context(5)), None);
+        assert_eq!(a.counter(&5u64.to_be_bytes()), None);
+    }
+
+    /// The pause_leader robustness failure (seed 2016), in memory: a
+    /// follower's read is confirmed by heartbeat responses that echo its
+    /// context; the leader then issues a read of its own, is cut off, and
+    /// the followers' old responses arrive again. They must not confirm
+    /// the new read (with a context every member counts from 1 they did,
+    /// and a deposed leader answered a linearizable read from its stale
+    /// state).
+    #[test]
+    fn test_old_heartbeat_responses_do_not_confirm_a_new_read() {
+        let mut nodes = vec![node(1), node(2), node(3)];
+        let mut reads = vec![Reads::new(1), Reads::new(2), Reads::new(3)];
+        nodes[0].campaign().expect("campaign");
+        pump(&mut nodes, &mut reads, Vec::new(), |_| false);
+        assert_eq!(nodes[0].raft.state, raft::StateRole::Leader);
+        assert!(nodes[0].raft.commit_to_current_term());
+
+        // Member 2 reads: its ReadIndex goes to the leader, whose
+        // heartbeats carry its context; their responses are kept.
+        let mut follower_read = reader(&mut reads[1]);
+        reads[1].issue(&mut nodes[1]);
+        let responses = pump(
+            &mut nodes,
+            &mut reads,
+            Vec::new(),
+            is(MessageType::MsgHeartbeatResponse),
+        );
+        assert_eq!(responses.len(), 2, "both followers answered the heartbeat");
+        assert!(responses.iter().all(|m| !m.context.is_empty()));
+        pump(&mut nodes, &mut reads, responses.clone(), |_| false);
+        assert!(matches!(follower_read.try_recv(), Ok(Ok(()))));
+
+        // The leader reads; its heartbeats do not reach anyone.
+        let mut leader_read = reader(&mut reads[0]);
+        reads[0].issue(&mut nodes[0]);
+        let cut_off = pump(
+            &mut nodes,
+            &mut reads,
+            Vec::new(),
+            is(MessageType::MsgHeartbeat),
+        );
+        assert_eq!(cut_off.len(), 2);
+        // The old responses arrive again: the new read stays unanswered.
+        let quiet = pump(&mut nodes, &mut reads, responses, |_| false);
+        assert!(quiet.is_empty());
+        assert!(matches!(leader_read.try_recv(), Err(TryRecvError::Empty)));
+        // Its own heartbeats' responses confirm it.
+        pump(&mut nodes, &mut reads, cut_off, |_| false);
+        assert!(matches!(leader_read.try_recv(), Ok(Ok(()))));
     }
 }
