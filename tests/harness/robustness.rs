@@ -1098,6 +1098,49 @@ pub fn phase() -> Duration {
     }
 }
 
+/// Busy processes competing with the cluster for the CPUs while a
+/// scenario runs (`RETCD_ROBUSTNESS_LOAD=N`: N shell loops at nice 5),
+/// killed by their PIDs when dropped. Delayed threads reorder and queue
+/// the members' messages in ways an idle machine rarely shows: the
+/// ReadIndex context collision (docs/design.md, read path) failed about
+/// one pause_leader run in 30 with two, and no run of 22 long rounds
+/// without them.
+struct CpuLoad(Vec<std::process::Child>);
+
+impl CpuLoad {
+    fn from_env() -> CpuLoad {
+        let n: usize = std::env::var("RETCD_ROBUSTNESS_LOAD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let children = (0..n)
+            .filter_map(|_| {
+                Command::new("nice")
+                    .args(["-n", "5", "sh", "-c", "while :; do :; done"])
+                    .spawn()
+                    .map_err(|e| eprintln!("robustness: cannot start a CPU load: {e}"))
+                    .ok()
+            })
+            .collect::<Vec<_>>();
+        if !children.is_empty() {
+            eprintln!(
+                "robustness: {} busy loop(s) at nice 5 run beside the cluster",
+                children.len()
+            );
+        }
+        CpuLoad(children)
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Runs `scenario` once with `base_seed` (or `RETCD_ROBUSTNESS_SEED`), or in
 /// long mode once per fresh seed (with `RETCD_ROBUSTNESS_SEED` set too: that
 /// seed once, with the long phase, to replay a long-mode failure); every
@@ -1108,6 +1151,7 @@ where
     Fut: std::future::Future<Output = Report>,
 {
     let _serial = serial().await;
+    let _load = CpuLoad::from_env();
     let runs = retcd_robustness::seed::long_runs();
     let replay = std::env::var("RETCD_ROBUSTNESS_SEED").is_ok();
     let seeds: Vec<u64> = if runs == 0 || replay {
