@@ -68,10 +68,10 @@ impl Reads {
         }
     }
 
-    /// The context of ReadIndex `n`: this member's id, then `n`.
-    fn context(&self, n: u64) -> Vec<u8> {
+    /// The context of `member`'s ReadIndex `n`: the id, then `n`.
+    fn context(member: u64, n: u64) -> Vec<u8> {
         let mut ctx = Vec::with_capacity(16);
-        ctx.extend_from_slice(&self.member.to_be_bytes());
+        ctx.extend_from_slice(&member.to_be_bytes());
         ctx.extend_from_slice(&n.to_be_bytes());
         ctx
     }
@@ -97,7 +97,7 @@ impl Reads {
         }
         self.next_ctx += 1;
         let ctx = self.next_ctx;
-        raw.read_index(self.context(ctx));
+        raw.read_index(Self::context(self.member, ctx));
         let now = Instant::now();
         self.inflight.insert(
             ctx,
@@ -116,18 +116,14 @@ impl Reads {
         let now = Instant::now();
         let mut give_up = Vec::new();
         let mut again = 0;
-        let mut resend = Vec::new();
         for (ctx, r) in self.inflight.iter_mut() {
             if now.duration_since(r.first_sent) >= READ_INDEX_GIVE_UP {
                 give_up.push(*ctx);
             } else if now.duration_since(r.last_sent) >= READ_INDEX_RETRY {
                 r.last_sent = now;
-                resend.push(*ctx);
+                again += 1;
+                raw.read_index(Self::context(self.member, *ctx));
             }
-        }
-        for ctx in resend {
-            again += 1;
-            raw.read_index(self.context(ctx));
         }
         for ctx in &give_up {
             if let Some(r) = self.inflight.remove(ctx) {
@@ -255,12 +251,10 @@ mod tests {
 
     #[test]
     fn test_contexts_differ_between_members() {
-        let (mut a, mut b) = (Reads::new(1), Reads::new(2));
-        a.next_ctx = 5;
-        b.next_ctx = 5;
-        assert_ne!(a.context(5), b.context(5));
-        assert_eq!(a.counter(&a.context(5)), Some(5));
-        assert_eq!(a.counter(&b.context(5)), None);
+        let a = Reads::new(1);
+        assert_ne!(Reads::context(1, 5), Reads::context(2, 5));
+        assert_eq!(a.counter(&Reads::context(1, 5)), Some(5));
+        assert_eq!(a.counter(&Reads::context(2, 5)), None);
         assert_eq!(a.counter(&5u64.to_be_bytes()), None);
     }
 
