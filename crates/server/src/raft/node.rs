@@ -80,6 +80,10 @@ pub struct RaftNode {
 /// The loop's own state, beside the node's parts.
 struct Turn {
     reads: Reads,
+    /// Proposals drained this turn, proposed together ([`RaftNode::propose_drained`]):
+    /// their request ids and entries, in arrival order.
+    proposed_ids: Vec<u64>,
+    proposed: Vec<Entry>,
     /// Conf changes held back while the leader still has one pending
     /// (raft-rs would silently turn them into empty entries): (request id,
     /// change, first tried).
@@ -101,6 +105,8 @@ impl Turn {
     fn new(member: u64) -> Turn {
         Turn {
             reads: Reads::new(member),
+            proposed_ids: Vec::new(),
+            proposed: Vec::new(),
             deferred: Vec::new(),
             removed_at: None,
             nospace_due: false,
@@ -157,6 +163,7 @@ impl RaftNode {
                     while let Ok(input) = self.rx.0.try_recv() {
                         self.handle_input(input, &mut turn);
                     }
+                    self.propose_drained(&mut turn);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -248,9 +255,10 @@ impl RaftNode {
     fn handle_input(&mut self, input: RaftInput, turn: &mut Turn) {
         match input {
             RaftInput::Propose { id, data } => {
-                if let Err(e) = self.raw.propose(vec![], data) {
-                    self.proposal_failed(id, e);
-                }
+                let mut e = Entry::default();
+                e.data = data.into();
+                turn.proposed_ids.push(id);
+                turn.proposed.push(e);
             }
             RaftInput::Step(m) => {
                 let forwarded = (m.get_msg_type() == MessageType::MsgPropose
@@ -274,7 +282,11 @@ impl RaftNode {
                 },
             ),
             RaftInput::Stop(tx) => turn.stop = Some(tx),
-            RaftInput::ProposeConfChange { id, cc } => self.propose_conf_change(id, cc, turn),
+            RaftInput::ProposeConfChange { id, cc } => {
+                // after the proposals that came before it
+                self.propose_drained(turn);
+                self.propose_conf_change(id, cc, turn)
+            }
             RaftInput::Progress(tx) => {
                 let r = &self.raw.raft;
                 let p = (r.state == StateRole::Leader)
@@ -297,16 +309,38 @@ impl RaftNode {
             return;
         }
         if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
-            self.proposal_failed(id, e);
+            self.proposal_failed(id, &e);
+        }
+    }
+
+    /// Proposes the entries drained since the last call as ONE raft
+    /// proposal (what `RawNode::propose` does for one entry): the leader
+    /// appends them together and sends each follower one append for all
+    /// of them, and a follower forwards them in one message; proposed one
+    /// by one, each was its own append to every follower, its own answer
+    /// back and its own step on both sides.
+    fn propose_drained(&mut self, turn: &mut Turn) {
+        if turn.proposed.is_empty() {
+            return;
+        }
+        let mut m = raft::eraftpb::Message::default();
+        m.set_msg_type(MessageType::MsgPropose);
+        m.from = self.raw.raft.id;
+        m.set_entries(std::mem::take(&mut turn.proposed).into());
+        let result = self.raw.raft.step(m);
+        for id in turn.proposed_ids.drain(..) {
+            if let Err(e) = &result {
+                self.proposal_failed(id, e);
+            }
         }
     }
 
     /// Answers the proposer of `id` whose proposal raft refused.
-    fn proposal_failed(&self, id: u64, e: raft::Error) {
+    fn proposal_failed(&self, id: u64, e: &raft::Error) {
         self.metrics.proposals_failed.inc();
         let err = match e {
             raft::Error::ProposalDropped => ServerError::NoLeader,
-            other => ServerError::internal_from("retcd: raft refused the proposal", other),
+            other => ServerError::internal(format!("retcd: raft refused the proposal: {other}")),
         };
         self.wait.trigger(id, Err(err));
     }

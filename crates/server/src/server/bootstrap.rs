@@ -185,6 +185,8 @@ impl EtcdServer {
             read_only_option: raft::ReadOnlyOption::Safe,
             // the raft thread's CommitNotice sends commits instead
             skip_bcast_commit: true,
+            // entries proposed in one turn go to a follower in one append
+            batch_append: true,
             ..Default::default()
         };
         raft_cfg
