@@ -30,6 +30,25 @@ use raft::eraftpb::{ConfChange, Message};
 use std::sync::mpsc;
 use tokio::sync::oneshot;
 
+/// raft-rs's settings for member `id`, but for those that come from the
+/// flags (election ticks, pre-vote) and the applied index.
+pub fn base_config(id: u64) -> raft::Config {
+    raft::Config {
+        id,
+        heartbeat_tick: 1,
+        max_size_per_msg: 1024 * 1024,
+        max_inflight_msgs: 512,
+        check_quorum: true,
+        read_only_option: raft::ReadOnlyOption::Safe,
+        // the raft thread's CommitNotice sends commits instead
+        skip_bcast_commit: true,
+        // entries appended in one turn go to a follower in one append
+        // (see `node::propose_batch`)
+        batch_append: true,
+        ..Default::default()
+    }
+}
+
 /// What the rest of the server asks of the raft thread.
 pub enum RaftInput {
     /// Propose an encoded `InternalRaftRequest`; its id is already registered

@@ -3,7 +3,8 @@
 //! One dedicated OS thread (never a tokio worker: it fsyncs). Each loop turn:
 //! 1. wait for inputs (proposals, peer messages, read requests) or the next
 //!    tick, then drain every input already queued — proposals that arrive
-//!    while the previous fsync ran ride in this turn's Ready (group commit);
+//!    while the previous fsync ran ride in this turn's Ready (group commit),
+//!    stepped into raft as one proposal (one append per follower);
 //! 2. issue ONE ReadIndex for all linearizable reads that arrived since the
 //!    last one (`read_index`);
 //! 3. handle the Ready: send messages, apply a snapshot, append entries and
@@ -115,6 +116,21 @@ impl Turn {
             notice: CommitNotice::default(),
         }
     }
+}
+
+/// Proposes `entries` to `raft` as one proposal, as `RawNode::propose`
+/// does for one entry: a leader appends them together (with
+/// `batch_append`, one append per follower carries them all), a follower
+/// forwards them to its leader in one message.
+pub(crate) fn propose_batch<S: raft::Storage>(
+    raft: &mut raft::Raft<S>,
+    entries: Vec<Entry>,
+) -> raft::Result<()> {
+    let mut m = raft::eraftpb::Message::default();
+    m.set_msg_type(MessageType::MsgPropose);
+    m.from = raft.id;
+    m.set_entries(entries.into());
+    raft.step(m)
 }
 
 /// A removed member exits this long after it learnt of its removal (etcd
@@ -255,10 +271,11 @@ impl RaftNode {
     fn handle_input(&mut self, input: RaftInput, turn: &mut Turn) {
         match input {
             RaftInput::Propose { id, data } => {
-                let mut e = Entry::default();
-                e.data = data.into();
                 turn.proposed_ids.push(id);
-                turn.proposed.push(e);
+                turn.proposed.push(Entry {
+                    data: data.into(),
+                    ..Default::default()
+                });
             }
             RaftInput::Step(m) => {
                 let forwarded = (m.get_msg_type() == MessageType::MsgPropose
@@ -323,11 +340,7 @@ impl RaftNode {
         if turn.proposed.is_empty() {
             return;
         }
-        let mut m = raft::eraftpb::Message::default();
-        m.set_msg_type(MessageType::MsgPropose);
-        m.from = self.raw.raft.id;
-        m.set_entries(std::mem::take(&mut turn.proposed).into());
-        let result = self.raw.raft.step(m);
+        let result = propose_batch(&mut self.raw.raft, std::mem::take(&mut turn.proposed));
         for id in turn.proposed_ids.drain(..) {
             if let Err(e) = &result {
                 self.proposal_failed(id, e);
@@ -823,5 +836,158 @@ impl RaftNode {
             r.raft_log.committed,
             r.raft_log.last_index(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::eraftpb::{ConfState, Message};
+    use raft::storage::MemStorage;
+
+    /// Member `id` of an in-memory cluster of voters 1, 2, 3, with the
+    /// server's raft settings.
+    fn node(id: u64) -> RawNode<MemStorage> {
+        let storage = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
+        let cfg = raft::Config {
+            election_tick: 10,
+            ..crate::raft::base_config(id)
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        RawNode::new(&cfg, storage, &logger).expect("raft node")
+    }
+
+    /// One Ready of `n`, persisted and applied; the messages it sends.
+    fn ready(n: &mut RawNode<MemStorage>) -> Vec<Message> {
+        let mut out = Vec::new();
+        if !n.has_ready() {
+            return out;
+        }
+        let mut rd = n.ready();
+        out.extend(rd.take_messages());
+        n.mut_store().wl().append(rd.entries()).expect("append");
+        if let Some(hs) = rd.hs() {
+            n.mut_store().wl().set_hardstate(hs.clone());
+        }
+        out.extend(rd.take_persisted_messages());
+        let mut light = n.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            n.mut_store().wl().mut_hard_state().set_commit(commit);
+        }
+        out.extend(light.take_messages());
+        n.advance_apply();
+        out
+    }
+
+    /// Delivers messages between the members until none is left.
+    fn pump(nodes: &mut [RawNode<MemStorage>], mut msgs: Vec<Message>) {
+        for _ in 0..100 {
+            for n in nodes.iter_mut() {
+                msgs.extend(ready(n));
+            }
+            if msgs.is_empty() {
+                return;
+            }
+            for m in std::mem::take(&mut msgs) {
+                let _ = nodes[m.to as usize - 1].step(m);
+            }
+        }
+        panic!("the cluster did not settle");
+    }
+
+    fn entry(data: &[u8]) -> Entry {
+        Entry {
+            data: data.to_vec().into(),
+            ..Default::default()
+        }
+    }
+
+    /// Three members with member 1 the leader, every log caught up.
+    fn cluster() -> Vec<RawNode<MemStorage>> {
+        let mut nodes: Vec<_> = (1..=3).map(node).collect();
+        nodes[0].campaign().expect("campaign");
+        pump(&mut nodes, Vec::new());
+        assert_eq!(nodes[0].raft.state, StateRole::Leader);
+        nodes
+    }
+
+    fn appends_to(msgs: &[Message], to: u64) -> Vec<usize> {
+        msgs.iter()
+            .filter(|m| m.get_msg_type() == MessageType::MsgAppend && m.to == to)
+            .map(|m| m.entries.len())
+            .collect()
+    }
+
+    #[test]
+    fn test_a_batch_goes_to_each_follower_in_one_append() {
+        let mut nodes = cluster();
+        let batch: Vec<Entry> = (0..5u8).map(|i| entry(&[b'p', i])).collect();
+        propose_batch(&mut nodes[0].raft, batch).expect("proposed");
+        let out = ready(&mut nodes[0]);
+        assert_eq!(appends_to(&out, 2), vec![5]);
+        assert_eq!(appends_to(&out, 3), vec![5]);
+        // each follower answers its one append once
+        for to in [2u64, 3] {
+            let m = out.iter().find(|m| m.to == to).unwrap().clone();
+            nodes[to as usize - 1].step(m).expect("step");
+            let answers = ready(&mut nodes[to as usize - 1]);
+            let acks: Vec<_> = answers
+                .iter()
+                .filter(|m| m.get_msg_type() == MessageType::MsgAppendResponse)
+                .collect();
+            assert_eq!(acks.len(), 1);
+            nodes[0].step(acks[0].clone()).expect("step the answer");
+        }
+        let last = nodes[0].raft.raft_log.last_index();
+        assert_eq!(nodes[0].raft.raft_log.committed, last);
+    }
+
+    #[test]
+    fn test_entries_appended_one_by_one_in_a_turn_share_one_append() {
+        // (what batch_append does for a follower's forwarded proposals,
+        // each its own message)
+        let mut nodes = cluster();
+        for i in 0..4u8 {
+            propose_batch(&mut nodes[0].raft, vec![entry(&[b'q', i])]).expect("proposed");
+        }
+        let out = ready(&mut nodes[0]);
+        assert_eq!(appends_to(&out, 2), vec![4]);
+        assert_eq!(appends_to(&out, 3), vec![4]);
+    }
+
+    #[test]
+    fn test_a_follower_forwards_a_batch_in_one_message() {
+        let mut nodes = cluster();
+        let batch: Vec<Entry> = (0..3u8).map(|i| entry(&[b'f', i])).collect();
+        propose_batch(&mut nodes[1].raft, batch).expect("forwarded");
+        let out = ready(&mut nodes[1]);
+        let props: Vec<_> = out
+            .iter()
+            .filter(|m| m.get_msg_type() == MessageType::MsgPropose)
+            .collect();
+        assert_eq!(props.len(), 1);
+        assert_eq!((props[0].to, props[0].entries.len()), (1, 3));
+        let before = nodes[0].raft.raft_log.last_index();
+        pump(&mut nodes, out);
+        let data: Vec<Vec<u8>> = nodes[2]
+            .raft
+            .raft_log
+            .entries(before + 1, None, raft::GetEntriesContext::empty(false))
+            .unwrap()
+            .iter()
+            .map(|e| e.data.to_vec())
+            .collect();
+        assert_eq!(
+            data,
+            vec![b"f\0".to_vec(), b"f\x01".to_vec(), b"f\x02".to_vec()]
+        );
+    }
+
+    #[test]
+    fn test_a_batch_without_a_leader_is_refused_whole() {
+        let mut n = node(1);
+        let err = propose_batch(&mut n.raft, vec![entry(b"a"), entry(b"b")]).unwrap_err();
+        assert!(matches!(err, raft::Error::ProposalDropped), "{err:?}");
+        assert!(ready(&mut n).is_empty());
     }
 }

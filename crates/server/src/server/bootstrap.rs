@@ -174,20 +174,10 @@ impl EtcdServer {
         }
 
         let raft_cfg = raft::Config {
-            id: meta.member_id,
             election_tick: cfg.election_ticks(),
-            heartbeat_tick: 1,
             applied,
-            max_size_per_msg: 1024 * 1024,
-            max_inflight_msgs: 512,
-            check_quorum: true,
             pre_vote: cfg.pre_vote,
-            read_only_option: raft::ReadOnlyOption::Safe,
-            // the raft thread's CommitNotice sends commits instead
-            skip_bcast_commit: true,
-            // entries proposed in one turn go to a follower in one append
-            batch_append: true,
-            ..Default::default()
+            ..crate::raft::base_config(meta.member_id)
         };
         raft_cfg
             .validate()
