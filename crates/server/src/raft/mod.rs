@@ -17,6 +17,8 @@ mod proposer;
 mod read_index;
 mod status;
 pub mod storage;
+#[cfg(test)]
+mod test_cluster;
 pub mod transport;
 mod wait;
 

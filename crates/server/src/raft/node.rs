@@ -842,41 +842,12 @@ impl RaftNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use raft::eraftpb::{ConfState, Message};
+    use crate::raft::test_cluster::{self, node};
+    use raft::eraftpb::Message;
     use raft::storage::MemStorage;
 
-    /// Member `id` of an in-memory cluster of voters 1, 2, 3, with the
-    /// server's raft settings.
-    fn node(id: u64) -> RawNode<MemStorage> {
-        let storage = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
-        let cfg = raft::Config {
-            election_tick: 10,
-            ..crate::raft::base_config(id)
-        };
-        let logger = slog::Logger::root(slog::Discard, slog::o!());
-        RawNode::new(&cfg, storage, &logger).expect("raft node")
-    }
-
-    /// One Ready of `n`, persisted and applied; the messages it sends.
     fn ready(n: &mut RawNode<MemStorage>) -> Vec<Message> {
-        let mut out = Vec::new();
-        if !n.has_ready() {
-            return out;
-        }
-        let mut rd = n.ready();
-        out.extend(rd.take_messages());
-        n.mut_store().wl().append(rd.entries()).expect("append");
-        if let Some(hs) = rd.hs() {
-            n.mut_store().wl().set_hardstate(hs.clone());
-        }
-        out.extend(rd.take_persisted_messages());
-        let mut light = n.advance(rd);
-        if let Some(commit) = light.commit_index() {
-            n.mut_store().wl().mut_hard_state().set_commit(commit);
-        }
-        out.extend(light.take_messages());
-        n.advance_apply();
-        out
+        test_cluster::ready(n, |_, _| {})
     }
 
     /// Delivers messages between the members until none is left.

@@ -165,51 +165,18 @@ impl Reads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use raft::eraftpb::{ConfState, Message, MessageType};
+    use crate::raft::test_cluster::{self, node};
+    use raft::eraftpb::{Message, MessageType};
     use raft::storage::MemStorage;
-    use raft::{Config, ReadOnlyOption};
     use tokio::sync::oneshot::error::TryRecvError;
-
-    /// Member `id` of an in-memory cluster of voters 1, 2, 3, configured
-    /// as the server configures raft (ReadOnlySafe, check quorum, pre-vote).
-    fn node(id: u64) -> RawNode<MemStorage> {
-        let storage = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
-        let cfg = Config {
-            id,
-            election_tick: 10,
-            heartbeat_tick: 1,
-            check_quorum: true,
-            pre_vote: true,
-            read_only_option: ReadOnlyOption::Safe,
-            ..Default::default()
-        };
-        let logger = slog::Logger::root(slog::Discard, slog::o!());
-        RawNode::new(&cfg, storage, &logger).expect("raft node")
-    }
 
     /// One Ready of `n`: persisted, applied, its read states given to
     /// `reads` (then answered up to the applied index); the messages out.
     fn ready(n: &mut RawNode<MemStorage>, reads: &mut Reads) -> Vec<Message> {
-        let mut out = Vec::new();
-        if !n.has_ready() {
-            return out;
-        }
-        let mut rd = n.ready();
-        out.extend(rd.take_messages());
-        n.mut_store().wl().append(rd.entries()).expect("append");
-        if let Some(hs) = rd.hs() {
-            n.mut_store().wl().set_hardstate(hs.clone());
-        }
-        out.extend(rd.take_persisted_messages());
-        reads.on_read_states(rd.take_read_states());
-        let mut light = n.advance(rd);
-        if let Some(commit) = light.commit_index() {
-            n.mut_store().wl().mut_hard_state().set_commit(commit);
-        }
-        out.extend(light.take_messages());
-        n.advance_apply();
-        reads.answer(n.raft.raft_log.applied);
-        out
+        test_cluster::ready(n, |states, applied| {
+            reads.on_read_states(states);
+            reads.answer(applied);
+        })
     }
 
     /// Delivers `msgs` and everything they cause until the cluster is
