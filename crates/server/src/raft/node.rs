@@ -310,7 +310,12 @@ impl RaftNode {
                     .then(|| r.prs().iter().map(|(id, pr)| (*id, pr.matched)).collect());
                 let _ = tx.send(p);
             }
-            RaftInput::TransferLeader(id) => self.raw.transfer_leader(id),
+            RaftInput::TransferLeader(id) => {
+                // the proposals queued before it go in first, as they
+                // would have one by one (a transfer drops later ones)
+                self.propose_drained(turn);
+                self.raw.transfer_leader(id)
+            }
             RaftInput::Removed => {
                 turn.removed_at.get_or_insert_with(Instant::now);
             }
