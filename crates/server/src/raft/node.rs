@@ -345,12 +345,12 @@ impl RaftNode {
         if turn.proposed.is_empty() {
             return;
         }
-        let result = propose_batch(&mut self.raw.raft, std::mem::take(&mut turn.proposed));
-        for id in turn.proposed_ids.drain(..) {
-            if let Err(e) = &result {
-                self.proposal_failed(id, e);
+        if let Err(e) = propose_batch(&mut self.raw.raft, std::mem::take(&mut turn.proposed)) {
+            for &id in &turn.proposed_ids {
+                self.proposal_failed(id, &e);
             }
         }
+        turn.proposed_ids.clear();
     }
 
     /// Answers the proposer of `id` whose proposal raft refused.
