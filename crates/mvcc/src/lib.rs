@@ -41,7 +41,7 @@ pub use kvstore_snapshot::{dump_len, SnapshotDump};
 pub use kvstore_txn::WriteBatch;
 pub use range::{has_revision_filter, is_key_order, is_plain_range, EncodedRange};
 pub use revision::Revision;
-pub use watch_reply::WatchReply;
+pub use watch_reply::{EventBufs, ReplyBatch, WatchReply};
 pub use watchable_store::{SinkError, WatchSink, WatchStream, WatchableStore};
 pub use watcher_group::{WatchError, WatchId, WatchOptions, WatchRange};
 

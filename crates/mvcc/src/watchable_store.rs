@@ -4,7 +4,8 @@
 //! # How events reach a watcher
 //!
 //! Every watch stream has one bounded channel (a [`WatchSink`]) of
-//! messages, each a list of [`WatchReply`]s taken or refused whole; all its
+//! messages, each a [`ReplyBatch`] (a list of [`WatchReply`]s and the
+//! buffers of encoded events they share) taken or refused whole; all its
 //! watchers send into it with `try_send`, which never blocks. A watcher is
 //! in one of three states ([`crate::watcher_group`]):
 //!
@@ -60,7 +61,7 @@
 //! ends when the store is dropped.
 
 use foldhash::HashMap;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Weak};
@@ -72,7 +73,7 @@ use retcd_api::mvccpb::{event::EventType, Event};
 
 use crate::kvstore::KvStore;
 use crate::watch_history::read_events;
-use crate::watch_reply::{EncodedEvents, Picks, SharedEvents, WatchReply};
+use crate::watch_reply::{EncodedEvents, Picks, ReplyBatch, SharedEvents, WatchReply};
 use crate::watcher_group::{
     WatchError, WatchId, WatchOptions, WatchRange, Watcher, WatcherGroup, WatcherKey, WatcherState,
 };
@@ -96,7 +97,7 @@ pub const PROGRESS_ALL_ID: WatchId = -1;
 #[derive(Debug)]
 pub enum SinkError {
     /// The channel is full; the replies are handed back.
-    Full(Vec<WatchReply>),
+    Full(ReplyBatch),
     /// The receiving side is gone.
     Closed,
 }
@@ -108,16 +109,18 @@ pub enum SinkError {
 /// held, on the apply thread.
 pub trait WatchSink: Send + Sync + 'static {
     /// Queues `replies` or says why not.
-    fn try_send(&self, replies: Vec<WatchReply>) -> Result<(), SinkError>;
+    fn try_send(&self, replies: ReplyBatch) -> Result<(), SinkError>;
 }
 
 /// For in-process readers (tests): responses arrive with their events
 /// decoded.
 impl WatchSink for SyncSender<Vec<WatchResponse>> {
-    fn try_send(&self, replies: Vec<WatchReply>) -> Result<(), SinkError> {
-        let batch = replies.into_iter().map(WatchReply::into_response).collect();
-        SyncSender::try_send(self, batch).map_err(|e| match e {
-            TrySendError::Full(b) => SinkError::Full(b.into_iter().map(Into::into).collect()),
+    fn try_send(&self, replies: ReplyBatch) -> Result<(), SinkError> {
+        SyncSender::try_send(self, replies.into_responses()).map_err(|e| match e {
+            TrySendError::Full(b) => SinkError::Full(ReplyBatch::from_parts(
+                Default::default(),
+                b.into_iter().map(Into::into).collect(),
+            )),
             TrySendError::Disconnected(_) => SinkError::Closed,
         })
     }
@@ -138,23 +141,25 @@ fn response(watch_id: WatchId, revision: i64, events: Vec<Event>) -> WatchRespon
 /// The replies `notify` sends one stream in one message.
 struct StreamReplies {
     stream: u64,
-    replies: Vec<WatchReply>,
+    batch: ReplyBatch,
     /// Per watcher: its key, how many of `replies` are its, its next revision.
     members: Vec<(WatcherKey, usize, i64)>,
 }
 
 impl StreamReplies {
     /// The index in `groups` of stream `stream`'s group (`group_of` maps
-    /// streams to indices), added empty if it has none yet.
+    /// streams to indices), added if it has none yet: no replies, and
+    /// `bufs` for the replies to point into.
     fn index_of(
         groups: &mut Vec<StreamReplies>,
         group_of: &mut HashMap<u64, usize>,
         stream: u64,
+        bufs: &[Arc<EncodedEvents>],
     ) -> usize {
         *group_of.entry(stream).or_insert_with(|| {
             groups.push(StreamReplies {
                 stream,
-                replies: Vec::new(),
+                batch: ReplyBatch::from_parts(bufs.iter().cloned().collect(), Vec::new()),
                 members: Vec::new(),
             });
             groups.len() - 1
@@ -162,12 +167,10 @@ impl StreamReplies {
     }
 }
 
-/// A reply of watcher `watch_id` at `revision` with the shared events `picks`.
-fn shared(watch_id: WatchId, revision: i64, enc: &Arc<EncodedEvents>, picks: Picks) -> WatchReply {
-    WatchReply::with_shared(
-        response(watch_id, revision, Vec::new()),
-        SharedEvents::new(enc.clone(), picks),
-    )
+/// A reply of watcher `watch_id` at `revision` with the shared events
+/// `picks` of `enc`, the only buffer of the message that will carry it.
+fn shared(watch_id: WatchId, revision: i64, enc: &EncodedEvents, picks: Picks) -> WatchReply {
+    WatchReply::with_shared(watch_id, revision, SharedEvents::new(0, enc, picks))
 }
 
 /// Whether `ev` could have a `prev_kv` but has none: anything but a
@@ -229,15 +232,9 @@ struct Inner {
 impl Inner {
     /// Parks watcher `wk` as a victim holding `pending`; it needs
     /// `next_rev` next. Removes it from the synced/unsynced sets.
-    fn park(
-        &mut self,
-        wk: WatcherKey,
-        mut pending: VecDeque<WatchReply>,
-        next_rev: i64,
-        events: bool,
-    ) {
+    fn park(&mut self, wk: WatcherKey, pending: ReplyBatch, next_rev: i64, events: bool) {
         // a victim may wait long: it keeps only its own events alive
-        pending.iter_mut().for_each(WatchReply::detach);
+        let pending = pending.detached();
         if let Some(w) = self.watchers.get_mut(&wk) {
             self.synced.remove(wk, &w.range);
             self.unsynced.remove(&wk);
@@ -263,20 +260,23 @@ impl Inner {
         let mut parked = false;
         for StreamReplies {
             stream,
-            replies,
+            batch,
             members,
         } in groups
         {
             let Some(st) = self.streams.get(&stream) else {
                 continue;
             };
-            match st.sink.try_send(replies) {
+            match st.sink.try_send(batch) {
                 Ok(()) => members.iter().for_each(|m| sent(self, m.0)),
                 Err(SinkError::Full(back)) => {
                     parked = true;
-                    let mut back = back.into_iter();
+                    let (bufs, replies) = back.into_parts();
+                    let mut back = replies.into_iter();
                     for (wk, n, next_rev) in members {
-                        self.park(wk, back.by_ref().take(n).collect(), next_rev, true);
+                        let own = back.by_ref().take(n).collect();
+                        let own = ReplyBatch::from_parts(bufs.clone(), own);
+                        self.park(wk, own, next_rev, true);
                     }
                 }
                 // the stream is going away; its handle's Drop removes it
@@ -358,7 +358,7 @@ impl Inner {
         if let Some(s) = self.streams.get_mut(&stream) {
             if s.progress_pending
                 && s.sink
-                    .try_send(vec![response(PROGRESS_ALL_ID, rev, vec![]).into()])
+                    .try_send(response(PROGRESS_ALL_ID, rev, vec![]).into())
                     .is_ok()
             {
                 s.progress_pending = false;
@@ -503,7 +503,10 @@ impl WatchableStore {
                     ]
                 })
                 .collect();
-            let enc = Arc::new(enc);
+            // the message to each stream holds the buffer once: its replies
+            // point into it (no reference count per watcher)
+            let bufs = [Arc::new(enc)];
+            let enc = &*bufs[0];
             // each watcher's stream group, and each group's lists sized to
             // its watchers up front (mostly one reply per watcher)
             let mut groups: Vec<StreamReplies> = Vec::new();
@@ -513,7 +516,7 @@ impl WatchableStore {
             let group_at: Vec<usize> = wanted
                 .iter()
                 .map(|(wk, _)| {
-                    let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0);
+                    let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0, &bufs);
                     if g == sizes.len() {
                         sizes.push(0);
                     }
@@ -522,7 +525,7 @@ impl WatchableStore {
                 })
                 .collect();
             for (group, n) in groups.iter_mut().zip(sizes) {
-                group.replies.reserve_exact(n);
+                group.batch.replies.reserve_exact(n);
                 group.members.reserve_exact(n);
             }
             for ((wk, mut picks), g) in wanted.drain(..).zip(group_at) {
@@ -548,13 +551,13 @@ impl WatchableStore {
                 let group = &mut groups[g];
                 group.members.push((wk, cuts.len(), last + 1));
                 if let [(_, rev)] = cuts[..] {
-                    group.replies.push(shared(wk.1, rev, &enc, picks));
+                    group.batch.replies.push(shared(wk.1, rev, enc, picks));
                 } else {
                     let mut start = 0;
                     for (end, rev) in cuts {
                         let chunk = Picks::from_slice(&picks[start..end]);
                         start = end;
-                        group.replies.push(shared(wk.1, rev, &enc, chunk));
+                        group.batch.replies.push(shared(wk.1, rev, enc, chunk));
                     }
                 }
             }
@@ -647,29 +650,31 @@ impl WatchableStore {
                 ready.push(wk);
                 continue;
             }
-            let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0);
+            let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0, &[]);
             groups[g].members.push((wk, pending.len(), w.min_rev));
-            groups[g].replies.extend(pending.drain(..));
+            groups[g].batch.append(std::mem::take(pending));
         }
         for StreamReplies {
             stream,
-            replies,
+            batch,
             members,
         } in groups
         {
             let Some(sink) = inner.streams.get(&stream).map(|s| s.sink.clone()) else {
                 continue;
             };
-            match sink.try_send(replies) {
+            match sink.try_send(batch) {
                 Ok(()) => ready.extend(members.iter().map(|m| m.0)),
                 Err(SinkError::Full(back)) => {
                     // each victim gets its replies back, in order
-                    let mut back = back.into_iter();
+                    let (bufs, replies) = back.into_parts();
+                    let mut back = replies.into_iter();
                     for (wk, n, _) in members {
+                        let own = back.by_ref().take(n).collect();
                         if let Some(WatcherState::Victim { pending, .. }) =
                             inner.watchers.get_mut(&wk).map(|w| &mut w.state)
                         {
-                            pending.extend(back.by_ref().take(n));
+                            pending.append(ReplyBatch::from_parts(bufs.clone(), own).detached());
                         }
                     }
                 }
@@ -802,12 +807,12 @@ impl WatchableStore {
                 let sent = inner
                     .streams
                     .get(&c.wk.0)
-                    .map(|s| s.sink.try_send(vec![resp.into()]));
+                    .map(|s| s.sink.try_send(resp.into()));
                 match sent {
                     Some(Err(SinkError::Full(resp))) => {
                         inner.unsynced.remove(&c.wk);
                         w.state = WatcherState::Victim {
-                            pending: resp.into(),
+                            pending: resp,
                             compacted: true,
                         };
                         inner.victims.insert(c.wk);
@@ -853,12 +858,15 @@ impl WatchableStore {
             answers.push((c.wk, picks));
         }
         // one message per stream with the replies of all its watchers
-        let enc = Arc::new(enc);
+        let bufs = [Arc::new(enc)];
         let mut groups: Vec<StreamReplies> = Vec::new();
         let mut group_of: HashMap<u64, usize> = HashMap::default();
         for (wk, picks) in answers {
-            let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0);
-            groups[g].replies.push(shared(wk.1, end, &enc, picks));
+            let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0, &bufs);
+            groups[g]
+                .batch
+                .replies
+                .push(shared(wk.1, end, &bufs[0], picks));
             groups[g].members.push((wk, 1, end + 1));
         }
         inner.send_groups(groups, |inner, wk| {
@@ -1066,7 +1074,7 @@ impl WatchStream {
                     && matches!(w.state, WatcherState::Synced)
                     && rev >= w.opts.requested_rev
                 {
-                    let _ = s.sink.try_send(vec![response(*id, rev, vec![]).into()]);
+                    let _ = s.sink.try_send(response(*id, rev, vec![]).into());
                 }
                 w.sent_since_tick = false;
             }

@@ -12,9 +12,9 @@
 //! ```
 
 use foldhash::{HashMap, HashSet};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
-use crate::watch_reply::WatchReply;
+use crate::watch_reply::ReplyBatch;
 use retcd_api::mvccpb::{event::EventType, Event};
 
 /// A watch id, unique inside one watch stream (etcd's `WatchID`).
@@ -112,7 +112,7 @@ pub(crate) enum WatcherState {
     /// Responses not yet accepted by the stream, oldest first. `compacted`:
     /// the last one cancels the watcher, which is removed once it is sent.
     Victim {
-        pending: VecDeque<WatchReply>,
+        pending: ReplyBatch,
         compacted: bool,
     },
 }

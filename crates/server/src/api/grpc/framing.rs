@@ -25,14 +25,20 @@ pub(crate) fn refuse_compressed(headers: &http::HeaderMap) -> Result<(), Status>
 
 /// A gRPC message's 5-byte prefix: not compressed, its length.
 pub(super) fn message_prefix(len: usize) -> Result<[u8; 5], Status> {
-    let n = u32::try_from(len).map_err(|_| {
+    let n = message_len(len)?;
+    let b = n.to_be_bytes();
+    Ok([0, b[0], b[1], b[2], b[3]])
+}
+
+/// A message length as the prefix holds it, or grpc-go's error for one
+/// that does not fit.
+pub(super) fn message_len(len: usize) -> Result<u32, Status> {
+    u32::try_from(len).map_err(|_| {
         Status::resource_exhausted(format!(
             "grpc: trying to send message larger than max ({len} vs. {})",
             u32::MAX
         ))
-    })?;
-    let b = n.to_be_bytes();
-    Ok([0, b[0], b[1], b[2], b[3]])
+    })
 }
 
 /// The trailers that end a call with `status`. Success (every answered

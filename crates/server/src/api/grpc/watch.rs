@@ -11,8 +11,9 @@
 //! ```
 //!
 //! Every response of the stream goes through the one bounded stream channel
-//! (its messages are lists of responses: the store sends one list per
-//! committed batch with the replies of all the stream's watchers),
+//! (its messages are lists of responses, [`ReplyBatch`]es: the store sends
+//! one per committed batch with the replies of all the stream's watchers
+//! and the buffer of encoded events they share),
 //! so the order is the order of queueing: a `created` response is queued
 //! before its watcher is registered (it precedes every event of the
 //! watcher), a `canceled` response after it is removed (no event follows
@@ -40,7 +41,9 @@ use prost::Message as _;
 use retcd_api::etcdserverpb::watch_create_request::FilterType;
 use retcd_api::etcdserverpb::watch_request::RequestUnion;
 use retcd_api::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
-use retcd_mvcc::{SinkError, WatchOptions, WatchRange, WatchReply, WatchSink, WatchStream};
+use retcd_mvcc::{
+    EventBufs, ReplyBatch, SinkError, WatchOptions, WatchRange, WatchReply, WatchSink, WatchStream,
+};
 use std::collections::HashSet;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -71,12 +74,12 @@ type Queued = Arc<AtomicUsize>;
 /// receive task's way to queue created/canceled responses.
 #[derive(Clone)]
 struct StreamTx {
-    tx: mpsc::Sender<Vec<WatchReply>>,
+    tx: mpsc::Sender<ReplyBatch>,
     queued: Queued,
 }
 
 impl WatchSink for StreamTx {
-    fn try_send(&self, replies: Vec<WatchReply>) -> Result<(), SinkError> {
+    fn try_send(&self, replies: ReplyBatch) -> Result<(), SinkError> {
         let n = replies.len();
         let before = self.queued.fetch_add(n, Ordering::Relaxed);
         if before > 0 && before + n > MAX_QUEUED_REPLIES {
@@ -97,7 +100,7 @@ impl StreamTx {
     /// Queues one reply from the receive task, waiting for room.
     async fn send(&self, reply: WatchReply) -> Result<(), ()> {
         self.queued.fetch_add(1, Ordering::Relaxed);
-        self.tx.send(vec![reply]).await.map_err(|_| {
+        self.tx.send(reply.into()).await.map_err(|_| {
             self.queued.fetch_sub(1, Ordering::Relaxed);
         })
     }
@@ -331,7 +334,7 @@ async fn create(
 /// which drops the stream's [`WatchStream`] with it (its watchers end).
 pub(crate) struct ResponseStream {
     server: Arc<EtcdServer>,
-    rx: mpsc::Receiver<Vec<WatchReply>>,
+    rx: mpsc::Receiver<ReplyBatch>,
     /// Replies in `rx` (see [`MAX_QUEUED_REPLIES`]).
     queued: Queued,
     ticker: tokio::time::Interval,
@@ -341,6 +344,12 @@ pub(crate) struct ResponseStream {
     max: usize,
     /// Replies taken from the channel, not yet handed out.
     incoming: std::vec::IntoIter<WatchReply>,
+    /// The buffers of encoded events the replies taken from the channel
+    /// point into (their message's).
+    bufs: EventBufs,
+    /// The header replies are sent with (at each one's revision): this
+    /// member's, as of the last message taken from the channel.
+    base: ResponseHeader,
     /// Fragments of a split response not yet handed out (before `incoming`).
     split: VecDeque<WatchReply>,
 }
@@ -348,7 +357,7 @@ pub(crate) struct ResponseStream {
 impl ResponseStream {
     fn new(
         server: Arc<EtcdServer>,
-        rx: mpsc::Receiver<Vec<WatchReply>>,
+        rx: mpsc::Receiver<ReplyBatch>,
         queued: Queued,
         ws: Arc<WatchStream>,
         fragmenting: Fragmenting,
@@ -375,6 +384,8 @@ impl ResponseStream {
             fragmenting,
             max,
             incoming: Vec::new().into_iter(),
+            bufs: Default::default(),
+            base: ResponseHeader::default(),
             split: VecDeque::new(),
         }
     }
@@ -386,14 +397,22 @@ impl ResponseStream {
         self.incoming.len() + self.split.len()
     }
 
-    /// The next reply to send, its header filled in (the fragments of a
-    /// split reply first); `None` once the stream's channel is closed.
+    /// Writes `reply`, the last one [`Self::poll_reply`] gave, as a
+    /// `WatchResponse` (its shared events are in the buffers of the
+    /// message it came in, kept until the next `poll_reply`).
+    pub(crate) fn encode(&self, reply: &WatchReply, buf: &mut impl bytes::BufMut) {
+        reply.encode(&self.bufs, &self.base, buf)
+    }
+
+    /// The next reply to send (the fragments of a split reply first);
+    /// `None` once the stream's channel is closed.
+    /// Encode it ([`Self::encode`]) before polling again.
     pub(crate) fn poll_reply(&mut self, cx: &mut Context<'_>) -> Poll<Option<WatchReply>> {
         let this = self;
         if let Some(p) = this.split.pop_front() {
             return Poll::Ready(Some(p));
         }
-        let mut r = loop {
+        let r = loop {
             if let Some(r) = this.incoming.next() {
                 break r;
             }
@@ -421,22 +440,28 @@ impl ResponseStream {
                 }
             }
             // counted per batch: one shared counter update, not one per reply
-            let events: usize = batches.iter().flatten().map(|r| r.event_count()).sum();
+            let events: usize = (batches.iter())
+                .flat_map(|b| b.replies())
+                .map(|r| r.event_count())
+                .sum();
             crate::metrics::global().events_total.inc_by(events as u64);
-            this.incoming = if batches.len() == 1 {
+            let batch = if batches.len() == 1 {
                 batches.pop().unwrap_or_default()
             } else {
-                coalesce(batches)
-            }
-            .into_iter();
+                ReplyBatch::coalesce(batches, MERGE_BYTES)
+            };
+            let (bufs, replies) = batch.into_parts();
+            this.bufs = bufs;
+            this.incoming = replies.into_iter();
+            this.base = this.server.header(0);
         };
-        let rev = r.resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
-        r.resp.header = Some(this.server.header(rev));
         if r.event_count() > 1
-            && r.encoded_len() >= this.max
-            && this.fragmenting.lock().contains(&r.resp.watch_id)
+            && r.encoded_len(&this.base) >= this.max
+            && this.fragmenting.lock().contains(&r.watch_id())
         {
-            this.split = fragments(r.into_response(), this.max)
+            let mut resp = r.into_response(&this.bufs);
+            resp.header = Some(this.server.header(resp.header.map_or(0, |h| h.revision)));
+            this.split = fragments(resp, this.max)
                 .into_iter()
                 .map(WatchReply::from)
                 .collect();
@@ -451,37 +476,6 @@ const MERGE_BATCHES: usize = 64;
 
 /// Replies are merged up to this size (encoded).
 const MERGE_BYTES: usize = 64 * 1024;
-
-/// The replies of `batches`, in order, with each watcher's event-only
-/// replies merged into one (up to [`MERGE_BYTES`]). A watcher's events keep
-/// their order; replies of different watchers may pass each other, which
-/// nothing orders. Any other reply (created, canceled, progress, a
-/// fragment) is a barrier: nothing after it merges into a reply before it.
-fn coalesce(batches: Vec<Vec<WatchReply>>) -> Vec<WatchReply> {
-    let mut out: Vec<WatchReply> = Vec::new();
-    // watch id -> index in `out` of its reply still open for merging
-    let mut open: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
-    for r in batches.into_iter().flatten() {
-        if !r.is_events_only() {
-            open.clear();
-            out.push(r);
-            continue;
-        }
-        let id = r.resp.watch_id;
-        let r = match open.get(&id) {
-            Some(&i) if out[i].encoded_len() + r.encoded_len() <= MERGE_BYTES => {
-                match out[i].merge(r) {
-                    None => continue,
-                    Some(r) => r,
-                }
-            }
-            _ => r,
-        };
-        open.insert(id, out.len());
-        out.push(r);
-    }
-    out
-}
 
 /// Splits `wr` into responses below `max` bytes each (at least one event
 /// each), all but the last marked `fragment`, as etcd's `sendFragments`.
@@ -528,7 +522,8 @@ mod tests {
             tx,
             queued: Queued::default(),
         };
-        let replies = |n: usize| vec![WatchReply::default(); n];
+        let replies =
+            |n: usize| ReplyBatch::from_parts(Default::default(), vec![WatchReply::default(); n]);
         assert!(sink.try_send(replies(1000)).is_ok());
         match sink.try_send(replies(100)) {
             Err(SinkError::Full(back)) => assert_eq!(back.len(), 100),
@@ -567,16 +562,20 @@ mod tests {
             created: true,
             ..Default::default()
         });
-        let out = coalesce(vec![
-            vec![reply(1, 1), reply(2, 1)],
-            vec![reply(1, 2), reply(2, 2)],
-            vec![created, reply(1, 3)],
-            vec![reply(1, 4), reply(2, 3)],
-        ]);
+        let batch = |r: Vec<WatchReply>| ReplyBatch::from_parts(Default::default(), r);
+        let out = ReplyBatch::coalesce(
+            vec![
+                batch(vec![reply(1, 1), reply(2, 1)]),
+                batch(vec![reply(1, 2), reply(2, 2)]),
+                batch(vec![created, reply(1, 3)]),
+                batch(vec![reply(1, 4), reply(2, 3)]),
+            ],
+            MERGE_BYTES,
+        );
         let got: Vec<(i64, bool, Vec<i64>)> = out
+            .into_responses()
             .into_iter()
             .map(|r| {
-                let r = r.into_response();
                 let revs = r.events.iter().map(|e| e.kv.as_ref().unwrap().mod_revision);
                 (r.watch_id, r.created, revs.collect())
             })
