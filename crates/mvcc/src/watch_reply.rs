@@ -41,7 +41,7 @@ use smallvec::SmallVec;
 const EVENTS_FIELD: u32 = 11;
 
 /// Events encoded once, each as a complete `WatchResponse.events` field.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct EncodedEvents {
     buf: Vec<u8>,
     /// `[start, end)` of each encoded event in `buf`.
@@ -227,7 +227,17 @@ impl WatchReply {
         if let Some(rest) = rest {
             (self.rest.get_or_insert_with(Default::default).events).extend(rest.events);
         }
-        self.shared.extend(shared);
+        for s in shared {
+            match self.shared.last_mut() {
+                // events of the same buffer join the last list (no second
+                // list, which would move the lists out of the reply)
+                Some(last) if last.buf == s.buf => {
+                    last.picks.extend(s.picks);
+                    last.len = last.len.saturating_add(s.len);
+                }
+                _ => self.shared.push(s),
+            }
+        }
         self.revision = revision;
         None
     }
@@ -443,44 +453,70 @@ impl ReplyBatch {
     }
 
     /// The replies of `batches`, in order, with each watcher's event-only
-    /// replies merged into one (up to `max_bytes` encoded). A watcher's
-    /// events keep their order; replies of different watchers may pass
-    /// each other, which nothing orders. Any other reply (created,
-    /// canceled, progress, a fragment) is a barrier: nothing after it
-    /// merges into a reply before it.
+    /// replies merged into one (up to about `max_bytes` encoded). A
+    /// watcher's events keep their order; replies of different watchers
+    /// may pass each other, which nothing orders. Any other reply
+    /// (created, canceled, progress, a fragment) is a barrier: nothing
+    /// after it merges into a reply before it.
+    ///
+    /// The batches' buffers are copied into one when they are small
+    /// (together at most [`JOIN_BYTES`]): a merged reply then holds one
+    /// list of events (inline up to four) instead of one per batch (a list
+    /// of lists moved out of the reply into an allocation, freed with it:
+    /// per merged reply, when a client is behind).
     pub fn coalesce(batches: Vec<ReplyBatch>, max_bytes: usize) -> ReplyBatch {
-        // sizes without the sender's header numbers (a few bytes)
-        const NO_HEADER: ResponseHeader = ResponseHeader {
-            cluster_id: 0,
-            member_id: 0,
-            revision: 0,
-            raft_term: 0,
-        };
         let total = batches.iter().map(ReplyBatch::len).sum();
         let mut out = ReplyBatch {
             bufs: SmallVec::new(),
             replies: Vec::with_capacity(total),
         };
+        let bytes: usize = (batches.iter())
+            .flat_map(|b| &b.bufs)
+            .map(|b| b.buf.len())
+            .sum();
+        let join = bytes <= JOIN_BYTES;
+        let mut joined = EncodedEvents::default();
         // watch id -> index in `out` of its reply still open for merging,
-        // and that reply's encoded length
+        // and that reply's size (bound)
         let mut open: foldhash::HashMap<i64, (usize, usize)> = Default::default();
         for b in batches {
+            // joined: where each of the batch's buffers starts in `joined`
+            // (its first event's index); else its buffers' first index in
+            // `out.bufs` is `by`
+            let mut first_event: SmallVec<[u32; 4]> = SmallVec::new();
             let by = out.bufs.len() as u32;
-            out.bufs.extend(b.bufs);
+            if join {
+                for buf in &b.bufs {
+                    first_event.push(joined.spans.len() as u32);
+                    let base = joined.buf.len();
+                    joined.buf.extend_from_slice(&buf.buf);
+                    (joined.spans).extend(buf.spans.iter().map(|&(s, e)| (base + s, base + e)));
+                }
+            } else {
+                out.bufs.extend(b.bufs);
+            }
             for mut r in b.replies {
-                r.rebase(by);
+                if join {
+                    for s in &mut r.shared {
+                        let first = first_event[s.buf as usize];
+                        s.picks.iter_mut().for_each(|i| *i += first);
+                        s.buf = 0;
+                    }
+                } else {
+                    r.rebase(by);
+                }
                 if !r.is_events_only() {
                     open.clear();
                     out.replies.push(r);
                     continue;
                 }
-                let len = r.encoded_len(&NO_HEADER);
+                let len = r.encoded_len_bound();
                 let id = r.watch_id;
                 let r = match open.get_mut(&id) {
                     Some((i, open_len)) if *open_len + len <= max_bytes => {
                         match out.replies[*i].merge(r) {
                             None => {
-                                *open_len = out.replies[*i].encoded_len(&NO_HEADER);
+                                *open_len += len;
                                 continue;
                             }
                             Some(r) => r,
@@ -492,9 +528,16 @@ impl ReplyBatch {
                 out.replies.push(r);
             }
         }
+        if join && !joined.spans.is_empty() {
+            out.bufs.push(Arc::new(joined));
+        }
         out
     }
 }
+
+/// [`ReplyBatch::coalesce`] copies the waiting batches' buffers into one
+/// when together they hold at most this many bytes.
+pub const JOIN_BYTES: usize = 256 * 1024;
 
 /// The largest `WatchResponse.header` field: tag, length and four varints
 /// of ≤ 10 bytes with their tags.
@@ -789,50 +832,64 @@ mod tests {
     }
 
     /// Coalescing waiting batches re-points each batch's shared events at
-    /// its buffers in the joined batch: merged replies of a watcher hold
-    /// events of two buffers, in order.
+    /// its events in the joined batch: merged replies of a watcher hold
+    /// events of every batch, in order; small buffers are joined into one
+    /// (a merged reply then holds one list of events), large ones kept.
     #[test]
-    fn test_coalesce_keeps_each_batch_buffers() {
-        let events = [ev("a", "1", None), ev("a", "2", None), ev("a", "3", None)];
-        let batch = |w: &[i64], e: &Event, rev: i64| {
-            let mut enc = EncodedEvents::default();
-            let i = enc.push(e);
-            let replies = (w.iter())
-                .map(|&w| {
-                    WatchReply::with_shared(
-                        w,
-                        rev,
-                        SharedEvents::new(0, &enc, smallvec::smallvec![i]),
-                    )
-                })
+    fn test_coalesce_keeps_each_batch_events() {
+        for value_len in [1, JOIN_BYTES / 2] {
+            let v = "v".repeat(value_len);
+            let events = [ev("a", &v, None), ev("a", &v, Some("p")), ev("a", &v, None)];
+            let batch = |w: &[i64], e: &Event, rev: i64| {
+                let mut enc = EncodedEvents::default();
+                // an event no reply picks: indices must be re-pointed
+                enc.push(&ev("unused", "", None));
+                let i = enc.push(e);
+                let replies = (w.iter())
+                    .map(|&w| {
+                        let picks = smallvec::smallvec![i];
+                        WatchReply::with_shared(w, rev, SharedEvents::new(0, &enc, picks))
+                    })
+                    .collect();
+                ReplyBatch::from_parts(smallvec::smallvec![Arc::new(enc)], replies)
+            };
+            let out = ReplyBatch::coalesce(
+                vec![
+                    batch(&[1, 2], &events[0], 5),
+                    batch(&[2], &events[1], 6),
+                    batch(&[1, 2], &events[2], 7),
+                ],
+                usize::MAX,
+            );
+            let joined = value_len == 1;
+            assert_eq!(out.bufs.len(), if joined { 1 } else { 3 });
+            if joined {
+                assert!(
+                    out.replies.iter().all(|r| r.shared.len() == 1),
+                    "one list each"
+                );
+            }
+            let got: Vec<(i64, i64, Vec<Event>)> = (out.into_responses().into_iter())
+                .map(|r| (r.watch_id, r.header.unwrap().revision, r.events))
                 .collect();
-            ReplyBatch::from_parts(smallvec::smallvec![Arc::new(enc)], replies)
-        };
-        let out = ReplyBatch::coalesce(
-            vec![
-                batch(&[1, 2], &events[0], 5),
-                batch(&[2], &events[1], 6),
-                batch(&[1, 2], &events[2], 7),
-            ],
-            64 * 1024,
-        );
-        assert_eq!(out.bufs.len(), 3);
-        let got: Vec<(i64, i64, Vec<Event>)> = (out.into_responses().into_iter())
-            .map(|r| (r.watch_id, r.header.unwrap().revision, r.events))
-            .collect();
-        assert_eq!(
-            got,
-            vec![
-                (1, 7, vec![events[0].clone(), events[2].clone()]),
-                (2, 7, events.to_vec()),
-            ]
-        );
+            assert_eq!(
+                got,
+                vec![
+                    (1, 7, vec![events[0].clone(), events[2].clone()]),
+                    (2, 7, events.to_vec()),
+                ]
+            );
+        }
         // merging stops at the size given
-        let out = ReplyBatch::coalesce(
-            vec![batch(&[1], &events[0], 5), batch(&[1], &events[1], 6)],
-            10,
-        );
-        assert_eq!(out.len(), 2);
+        let mut enc = EncodedEvents::default();
+        let i = enc.push(&ev("a", "1", None));
+        let one = |rev| {
+            let picks = smallvec::smallvec![i];
+            let r = WatchReply::with_shared(1, rev, SharedEvents::new(0, &enc, picks));
+            ReplyBatch::from_parts(smallvec::smallvec![Arc::new(enc.clone())], vec![r])
+        };
+        assert_eq!(ReplyBatch::coalesce(vec![one(5), one(6)], 10).len(), 2);
+        assert_eq!(ReplyBatch::coalesce(vec![one(5), one(6)], 1000).len(), 1);
     }
 
     /// The hand-written head encodes every combination of fields as prost

@@ -455,7 +455,9 @@ impl ResponseStream {
             this.incoming = replies.into_iter();
             this.base = this.server.header(0);
         };
+        // the bound first: it only adds up sizes (every merged reply gets here)
         if r.event_count() > 1
+            && r.encoded_len_bound() >= this.max
             && r.encoded_len(&this.base) >= this.max
             && this.fragmenting.lock().contains(&r.watch_id())
         {
