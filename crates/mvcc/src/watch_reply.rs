@@ -395,16 +395,28 @@ impl ReplyBatch {
         (self.bufs, self.replies)
     }
 
-    /// Appends `later`'s replies after this batch's (with its buffers).
+    /// Appends `later`'s replies after this batch's (with its buffers; one
+    /// this batch's last few already hold is not added twice: victims of
+    /// one stream, gathered into one message, mostly share theirs).
     pub fn append(&mut self, later: ReplyBatch) {
         if self.bufs.is_empty() && self.replies.is_empty() {
             *self = later;
             return;
         }
-        let by = self.bufs.len() as u32;
-        self.bufs.extend(later.bufs);
+        let at: SmallVec<[u32; 4]> = (later.bufs.into_iter())
+            .map(|b| {
+                let recent = self.bufs.len().saturating_sub(4);
+                match (self.bufs[recent..].iter()).position(|h| Arc::ptr_eq(h, &b)) {
+                    Some(i) => (recent + i) as u32,
+                    None => {
+                        self.bufs.push(b);
+                        (self.bufs.len() - 1) as u32
+                    }
+                }
+            })
+            .collect();
         self.replies.extend(later.replies.into_iter().map(|mut r| {
-            r.rebase(by);
+            r.shared.iter_mut().for_each(|s| s.buf = at[s.buf as usize]);
             r
         }));
     }
@@ -418,12 +430,15 @@ impl ReplyBatch {
             .collect()
     }
 
-    /// For replies that will wait long (their watcher parked as a victim):
-    /// shared events copied out of a buffer much larger than them (a slow
-    /// client then holds only its own events), and only the buffers still
-    /// pointed into kept.
-    pub(crate) fn detached(self) -> ReplyBatch {
-        let ReplyBatch { bufs, mut replies } = self;
+    /// For `replies` (some of a batch's, pointing into its `bufs`) that
+    /// will wait long, their watcher parked as a victim: a batch of them
+    /// holding only the buffers they use, their shared events copied out
+    /// of a buffer much larger than them (a slow client then holds only
+    /// its own events).
+    pub(crate) fn detached_from(
+        bufs: &[Arc<EncodedEvents>],
+        mut replies: Vec<WatchReply>,
+    ) -> ReplyBatch {
         let mut kept: EventBufs = SmallVec::new();
         // old buffer index -> its index in `kept`
         let mut new_at: SmallVec<[Option<u32>; 4]> = smallvec::smallvec![None; bufs.len()];
@@ -750,7 +765,8 @@ mod tests {
             SharedEvents::new(0, &bufs[0], smallvec::smallvec![idx[3]]),
         );
         let batch = ReplyBatch::from_parts(bufs.clone().into(), vec![reply.clone(), small]);
-        let d = batch.detached();
+        let (bufs_of, replies) = batch.into_parts();
+        let d = ReplyBatch::detached_from(&bufs_of, replies);
         assert_eq!(d.bufs.len(), 2);
         assert_eq!(
             d.bufs[0].buf.len(),
@@ -890,6 +906,45 @@ mod tests {
         };
         assert_eq!(ReplyBatch::coalesce(vec![one(5), one(6)], 10).len(), 2);
         assert_eq!(ReplyBatch::coalesce(vec![one(5), one(6)], 1000).len(), 1);
+    }
+
+    /// Appending batches that point into the same buffer keeps one copy
+    /// of it; replies keep their events.
+    #[test]
+    fn test_append_shares_buffers() {
+        let events = [ev("a", "1", None), ev("b", "2", None)];
+        let mut enc = EncodedEvents::default();
+        let idx: Vec<u32> = events.iter().map(|e| enc.push(e)).collect();
+        let shared = Arc::new(enc);
+        let other = Arc::new(EncodedEvents::default());
+        let part = |w: i64, i: usize| {
+            let r = WatchReply::with_shared(
+                w,
+                5,
+                SharedEvents::new(0, &shared, smallvec::smallvec![idx[i]]),
+            );
+            ReplyBatch::from_parts(smallvec::smallvec![shared.clone()], vec![r])
+        };
+        let mut all = ReplyBatch::from(WatchResponse::default());
+        all.append(part(1, 0));
+        all.append(ReplyBatch::from_parts(
+            smallvec::smallvec![other.clone()],
+            Vec::new(),
+        ));
+        all.append(part(2, 1));
+        all.append(part(3, 0));
+        assert_eq!(all.bufs.len(), 2, "{:?}", all.bufs);
+        let got: Vec<(i64, Vec<Event>)> = (all.into_responses().into_iter().skip(1))
+            .map(|r| (r.watch_id, r.events))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, vec![events[0].clone()]),
+                (2, vec![events[1].clone()]),
+                (3, vec![events[0].clone()]),
+            ]
+        );
     }
 
     /// The hand-written head encodes every combination of fields as prost

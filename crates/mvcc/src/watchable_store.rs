@@ -232,9 +232,9 @@ struct Inner {
 impl Inner {
     /// Parks watcher `wk` as a victim holding `pending`; it needs
     /// `next_rev` next. Removes it from the synced/unsynced sets.
+    /// `pending` holds only its own events (see [`ReplyBatch::detached_from`]):
+    /// a victim may wait long.
     fn park(&mut self, wk: WatcherKey, pending: ReplyBatch, next_rev: i64, events: bool) {
-        // a victim may wait long: it keeps only its own events alive
-        let pending = pending.detached();
         if let Some(w) = self.watchers.get_mut(&wk) {
             self.synced.remove(wk, &w.range);
             self.unsynced.remove(&wk);
@@ -274,8 +274,7 @@ impl Inner {
                     let (bufs, replies) = back.into_parts();
                     let mut back = replies.into_iter();
                     for (wk, n, next_rev) in members {
-                        let own = back.by_ref().take(n).collect();
-                        let own = ReplyBatch::from_parts(bufs.clone(), own);
+                        let own = ReplyBatch::detached_from(&bufs, back.by_ref().take(n).collect());
                         self.park(wk, own, next_rev, true);
                     }
                 }
@@ -674,7 +673,7 @@ impl WatchableStore {
                         if let Some(WatcherState::Victim { pending, .. }) =
                             inner.watchers.get_mut(&wk).map(|w| &mut w.state)
                         {
-                            pending.append(ReplyBatch::from_parts(bufs.clone(), own).detached());
+                            pending.append(ReplyBatch::detached_from(&bufs, own));
                         }
                     }
                 }
