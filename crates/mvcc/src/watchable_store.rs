@@ -226,7 +226,6 @@ struct Inner {
     /// put fanned out to N watchers would otherwise grow them from empty,
     /// copying them at every doubling, on each notify.
     wanted_buf: Vec<(WatcherKey, Picks)>,
-    cands_buf: Vec<(WatcherKey, bool)>,
 }
 
 impl Inner {
@@ -455,13 +454,13 @@ impl WatchableStore {
         inner.notify_gen += 1;
         let gen = inner.notify_gen;
         let mut need = vec![[false; 2]; events.len()];
-        let mut cands = std::mem::take(&mut inner.cands_buf);
+        let Inner {
+            synced, watchers, ..
+        } = &mut *inner;
         for (i, (r, ev)) in events.iter().enumerate() {
             let key = ev.kv.as_ref().map(|kv| kv.key.as_ref()).unwrap_or_default();
-            cands.clear();
-            cands.extend(inner.synced.candidates(key));
-            for &(wk, exact) in &cands {
-                let Some(w) = inner.watchers.get_mut(&wk) else {
+            for (wk, exact) in synced.candidates(key) {
+                let Some(w) = watchers.get_mut(&wk) else {
                     continue;
                 };
                 // an exact-key candidate's range is this key: no compare
@@ -482,8 +481,6 @@ impl WatchableStore {
                 need[i][usize::from(prev)] = true;
             }
         }
-        cands.clear();
-        inner.cands_buf = cands;
         let mut parked = false;
         if !wanted.is_empty() {
             // each needed encoding of each event, once
@@ -512,10 +509,17 @@ impl WatchableStore {
             let mut group_of: HashMap<u64, usize> = HashMap::default();
             // watchers per group
             let mut sizes: Vec<usize> = Vec::new();
+            // a key's watchers come in stream order: the group is mostly
+            // the last one's
+            let mut last: Option<(u64, usize)> = None;
             let group_at: Vec<usize> = wanted
                 .iter()
                 .map(|(wk, _)| {
-                    let g = StreamReplies::index_of(&mut groups, &mut group_of, wk.0, &bufs);
+                    let g = match last {
+                        Some((stream, g)) if stream == wk.0 => g,
+                        _ => StreamReplies::index_of(&mut groups, &mut group_of, wk.0, &bufs),
+                    };
+                    last = Some((wk.0, g));
                     if g == sizes.len() {
                         sizes.push(0);
                     }

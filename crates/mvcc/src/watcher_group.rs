@@ -11,7 +11,7 @@
 //! victim    its stream's channel was full; holds the responses it could not send
 //! ```
 
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 use std::collections::BTreeSet;
 
 use crate::watch_reply::ReplyBatch;
@@ -149,10 +149,11 @@ impl Watcher {
 /// Synced watchers indexed for notify: one map for single-key watchers
 /// (etcd's `keyWatchers`) and a list of range watchers (etcd uses an
 /// interval tree; a linear scan is enough until range watchers number in
-/// the thousands).
+/// the thousands). A key's watchers are ordered by stream, so `notify`
+/// meets each stream's watchers one after another.
 #[derive(Debug, Default)]
 pub(crate) struct WatcherGroup {
-    single: HashMap<Vec<u8>, HashSet<WatcherKey>>,
+    single: HashMap<Vec<u8>, BTreeSet<WatcherKey>>,
     ranges: BTreeSet<WatcherKey>,
 }
 
