@@ -371,11 +371,6 @@ impl ReplyBatch {
         ReplyBatch { bufs, replies }
     }
 
-    /// The buffers the replies' shared events point into.
-    pub fn bufs(&self) -> &[Arc<EncodedEvents>] {
-        &self.bufs
-    }
-
     /// The replies, in order.
     pub fn replies(&self) -> &[WatchReply] {
         &self.replies

@@ -461,8 +461,13 @@ impl ResponseStream {
             && r.encoded_len(&this.base) >= this.max
             && this.fragmenting.lock().contains(&r.watch_id())
         {
+            // split as sent: with this member's header
+            let header = ResponseHeader {
+                revision: r.revision(),
+                ..this.base
+            };
             let mut resp = r.into_response(&this.bufs);
-            resp.header = Some(this.server.header(resp.header.map_or(0, |h| h.revision)));
+            resp.header = Some(header);
             this.split = fragments(resp, this.max)
                 .into_iter()
                 .map(WatchReply::from)

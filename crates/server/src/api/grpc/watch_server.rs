@@ -221,13 +221,11 @@ impl http_body::Body for WatchBody {
                 message_len(len)
             };
             match prefix {
-                // the length written straight into the chunk (read back
-                // from an array returned by a call, it stalled on store
-                // forwarding: a third of this function's own cycles)
-                Ok(n) => {
-                    this.buf[at] = 0;
-                    this.buf[at + 1..at + PREFIX].copy_from_slice(&n.to_be_bytes());
-                }
+                // the length written straight into the chunk after the
+                // flag byte put above (read back from an array a call
+                // returned, it stalled on store forwarding: a third of
+                // this function's own cycles)
+                Ok(n) => this.buf[at + 1..at + PREFIX].copy_from_slice(&n.to_be_bytes()),
                 Err(status) => {
                     // the replies before it still go out
                     this.buf.truncate(at);
