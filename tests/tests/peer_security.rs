@@ -18,8 +18,12 @@
 //! * (e) a valid member identity on a valid stream sending forged raft
 //!   messages: a heartbeat, an append and a snapshot claiming a much
 //!   higher term from *another* member (the heartbeat also in fragments),
-//!   a message for another member, a batch claiming another sender — to a
-//!   follower and to the leader.
+//!   a message for another member, a batch claiming another sender, a
+//!   proposal with a term (raft sends none; a follower would stop on
+//!   passing it on) or from no member — to a follower and to the leader.
+//!   A proposal another member made, passed on by the stream's sender (as
+//!   raft forwards proposals, also through a deposed leader), is accepted
+//!   and committed: the follower passes it on to the leader in turn.
 //!
 //! Every refusal is asserted to have really happened: the call fails with
 //! the specific error text, and the attacked member's log gains the line
@@ -55,10 +59,10 @@ use std::time::Duration;
 use protobuf::Message as _;
 use raft::eraftpb::{Entry, Message, MessageType};
 use retcd_api::etcdserverpb::{
-    HashKvRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest, MemberPromoteRequest,
+    HashKvRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest, MemberPromoteRequest, PutRequest,
 };
 use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
-use retcd_api::retcdpb::{MembersRequest, RaftBatch};
+use retcd_api::retcdpb::{internal_raft_request, InternalRaftRequest, MembersRequest, RaftBatch};
 use retcd_tests::cluster::connect;
 use retcd_tests::limit::LONG as LIMIT;
 use retcd_tests::tls::{curl, curl_tls, log_count, log_line, Eku, Pki, TlsNodes};
@@ -489,6 +493,30 @@ fn snapshot(from: u64, to: u64, term: u64, index: u64) -> Vec<u8> {
     m.write_to_bytes().expect("encode")
 }
 
+/// A proposal (as raft forwards one to the leader: no term) of a put of
+/// `key`, made by member `from`.
+fn proposal(from: u64, to: u64, term: u64, key: &str, value: &str) -> Vec<u8> {
+    let req = InternalRaftRequest {
+        // no member waits for it
+        id: 0xfeed_0000 ^ key.len() as u64,
+        request: Some(internal_raft_request::Request::Put(PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let e = Entry {
+        data: prost::Message::encode_to_vec(&req).into(),
+        ..Default::default()
+    };
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgPropose);
+    (m.from, m.to, m.term) = (from, to, term);
+    m.entries.push(e);
+    m.write_to_bytes().expect("encode")
+}
+
 /// `data` as a fragmented message: two batches, the last one marked.
 fn fragments(from: u64, data: &[u8]) -> Vec<RaftBatch> {
     let (a, b) = data.split_at(data.len() / 2);
@@ -715,6 +743,20 @@ async fn retcd_attacks(fx: &mut Fixture) {
                 "heartbeat from another member, in fragments",
                 fragments(sid, &heartbeat(third, tid, forged)),
             ),
+            // proposals travel without a term (a follower passing one on
+            // with a term would stop its raft), and only from members
+            (
+                "proposal with the current term",
+                batch(sid, vec![proposal(sid, tid, base.term, "refused/a", "x")]),
+            ),
+            (
+                "proposal from another member with a term",
+                batch(sid, vec![proposal(third, tid, forged, "refused/b", "x")]),
+            ),
+            (
+                "proposal from no member",
+                batch(sid, vec![proposal(stranger, tid, 0, "refused/c", "x")]),
+            ),
         ];
         for (what, b) in cases {
             expect_refusal(fx, t, &format!("(e) {what}"), &step, async || {
@@ -722,6 +764,29 @@ async fn retcd_attacks(fx: &mut Fixture) {
             })
             .await;
         }
+        // A proposal another member made, passed on by the stream's
+        // sender (raft forwards proposals to the leader under the member
+        // that made them, also through a leader deposed with some
+        // queued): accepted, and committed (`check_data` finds the key on
+        // every member). The follower passes it on once more, to the
+        // leader, over its own stream.
+        let key = format!("passed-on/to-m{t}");
+        let value = format!("made by {third:x}, passed on by {sid:x}");
+        let r = raft_stream(
+            pki,
+            &addr,
+            Some(&id),
+            &md,
+            batch(sid, vec![proposal(third, tid, 0, &key, &value)]),
+        )
+        .await;
+        assert_eq!(
+            r.as_deref(),
+            Ok("RaftAck"),
+            "(e) a proposal of another member passed on → m{t}"
+        );
+        eprintln!("(e) a proposal of another member passed on → m{t}: accepted ({key})");
+        fx.written.insert(key, value);
         // a batch that names another sender than the stream's (refused
         // with no log line: the answer is the proof)
         let r = raft_stream(

@@ -12,7 +12,7 @@ use crate::raft::transport::{
 use crate::raft::RaftInput;
 use crate::server::EtcdServer;
 use protobuf::Message as _;
-use raft::eraftpb::Message;
+use raft::eraftpb::{Message, MessageType};
 use retcd_api::etcdserverpb::{
     HashKvRequest, HashKvResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
     LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, MemberPromoteRequest, MemberPromoteResponse,
@@ -71,11 +71,12 @@ pub fn service(server: Arc<EtcdServer>) -> RaftPeerServer<PeerService> {
 }
 
 impl PeerService {
-    /// Hands a peer's message to raft: it must be from the stream's sender
-    /// and for this member (etcd 3.5.14+ refuses a mismatch); dropped when
-    /// the raft thread's queue is full (raft sends it again).
+    /// Hands a peer's message to raft: it must be for this member (etcd
+    /// 3.5.14+ refuses a mismatch) and from the stream's sender, unless
+    /// it is a request the sender passes on ([`Self::sender_ok`]);
+    /// dropped when the raft thread's queue is full (raft sends it again).
     fn step(&self, from: u64, m: Message) -> Result<(), Status> {
-        if m.from != from || m.to != self.server.member_id {
+        if m.to != self.server.member_id || !self.sender_ok(from, &m) {
             tracing::warn!(from = %Hex(from), msg_from = %Hex(m.from), msg_to = %Hex(m.to), "raft message not from its stream's sender or not for this member");
             return Err(to_status(ServerError::PeerToMismatch));
         }
@@ -87,6 +88,28 @@ impl PeerService {
             }
             Err(e) => Err(to_status(e)),
         }
+    }
+
+    /// Whether `m` may come over `from`'s stream. Proposals and ReadIndex
+    /// requests travel without a term (raft never sets one on them; a
+    /// follower passing one on with a term would stop raft: it refuses to
+    /// send them with one), and not only from the stream's sender: raft
+    /// passes them on to the leader under the member that first sent
+    /// them (through a follower, or a leader deposed with them queued), so
+    /// the leader's answer goes to that member, which must be a current
+    /// member. Every other message is the sender's own. (etcd checks no
+    /// sender.)
+    fn sender_ok(&self, from: u64, m: &Message) -> bool {
+        if !matches!(
+            m.get_msg_type(),
+            MessageType::MsgPropose | MessageType::MsgReadIndex
+        ) {
+            return m.from == from;
+        }
+        m.term == 0
+            && (m.from == from
+                || (!self.server.transport().is_removed(m.from)
+                    && self.server.member(m.from).is_some()))
     }
 }
 

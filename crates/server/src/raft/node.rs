@@ -278,8 +278,11 @@ impl RaftNode {
                 });
             }
             RaftInput::Step(m) => {
+                // (a proposal this leader made while a follower can come
+                // back through a deposed leader: no one to notify)
                 let forwarded = (m.get_msg_type() == MessageType::MsgPropose
-                    && self.raw.raft.state == StateRole::Leader)
+                    && self.raw.raft.state == StateRole::Leader
+                    && m.from != self.raw.raft.id)
                     .then_some(m.from);
                 if let Err(e) = self.raw.step(m) {
                     tracing::debug!(error = %e, "raft step");
