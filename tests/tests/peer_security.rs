@@ -19,11 +19,12 @@
 //!   messages: a heartbeat, an append and a snapshot claiming a much
 //!   higher term from *another* member (the heartbeat also in fragments),
 //!   a message for another member, a batch claiming another sender, a
-//!   proposal with a term (raft sends none; a follower would stop on
-//!   passing it on) or from no member — to a follower and to the leader.
-//!   A proposal another member made, passed on by the stream's sender (as
-//!   raft forwards proposals, also through a deposed leader), is accepted
-//!   and committed: the follower passes it on to the leader in turn.
+//!   proposal or ReadIndex request with a term (raft sends none; a
+//!   follower would stop on passing it on), a proposal from no member —
+//!   to a follower and to the leader. A proposal another member made,
+//!   passed on by the stream's sender (as raft forwards proposals, also
+//!   through a deposed leader), is accepted and committed: the follower
+//!   passes it on to the leader in turn; so is a ReadIndex request.
 //!
 //! Every refusal is asserted to have really happened: the call fails with
 //! the specific error text, and the attacked member's log gains the line
@@ -517,6 +518,20 @@ fn proposal(from: u64, to: u64, term: u64, key: &str, value: &str) -> Vec<u8> {
     m.write_to_bytes().expect("encode")
 }
 
+/// A ReadIndex request (as raft forwards one: no term) of member `from`,
+/// with a context no read waits for.
+fn read_index(from: u64, to: u64, term: u64) -> Vec<u8> {
+    let e = Entry {
+        data: b"forwarded-read".to_vec().into(),
+        ..Default::default()
+    };
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgReadIndex);
+    (m.from, m.to, m.term) = (from, to, term);
+    m.entries.push(e);
+    m.write_to_bytes().expect("encode")
+}
+
 /// `data` as a fragmented message: two batches, the last one marked.
 fn fragments(from: u64, data: &[u8]) -> Vec<RaftBatch> {
     let (a, b) = data.split_at(data.len() / 2);
@@ -757,6 +772,10 @@ async fn retcd_attacks(fx: &mut Fixture) {
                 "proposal from no member",
                 batch(sid, vec![proposal(stranger, tid, 0, "refused/c", "x")]),
             ),
+            (
+                "ReadIndex request with the current term",
+                batch(sid, vec![read_index(third, tid, base.term)]),
+            ),
         ];
         for (what, b) in cases {
             expect_refusal(fx, t, &format!("(e) {what}"), &step, async || {
@@ -787,6 +806,20 @@ async fn retcd_attacks(fx: &mut Fixture) {
         );
         eprintln!("(e) a proposal of another member passed on → m{t}: accepted ({key})");
         fx.written.insert(key, value);
+        // so is its ReadIndex request (the leader answers that member)
+        let r = raft_stream(
+            pki,
+            &addr,
+            Some(&id),
+            &md,
+            batch(sid, vec![read_index(third, tid, 0)]),
+        )
+        .await;
+        assert_eq!(
+            r.as_deref(),
+            Ok("RaftAck"),
+            "(e) a ReadIndex request of another member passed on → m{t}"
+        );
         // a batch that names another sender than the stream's (refused
         // with no log line: the answer is the proof)
         let r = raft_stream(
