@@ -67,12 +67,189 @@ impl EncodedEvents {
         let (s, e) = self.spans[i as usize];
         &self.buf[s..e]
     }
+
+    /// Events `[first, end)`, whose encodings lie one after the other in
+    /// `buf` (each is appended after the one before it).
+    fn spans_of(&self, first: u32, end: u32) -> &[u8] {
+        let (s, _) = self.spans[first as usize];
+        let (_, e) = self.spans[end as usize - 1];
+        debug_assert!(
+            (first as usize + 1..end as usize).all(|i| self.spans[i].0 == self.spans[i - 1].1)
+        );
+        &self.buf[s..e]
+    }
 }
 
-/// Indices of events in an [`EncodedEvents`] batch. Inline up to four:
-/// a watcher usually gets one or two events of a batch, and fanning a
-/// batch out to 1 000 watchers then allocates nothing per watcher.
-pub type Picks = SmallVec<[u32; 4]>;
+/// Indices of events in an [`EncodedEvents`] batch, as `notify` gathers
+/// them per watcher (a reply keeps them as an [`EventList`]). Inline up
+/// to twelve: a committed batch of 10 clients' puts to one key gives each
+/// of its watchers up to ten events, and fanning it out to 1 000
+/// watchers then allocates nothing per watcher.
+pub type Picks = SmallVec<[u32; 12]>;
+
+/// Marks a slot of an [`EventList`] that starts a run.
+const RUN: u32 = 1 << 31;
+
+/// The events a reply takes from one buffer: indices, in order, in slots
+/// inline up to four, where a run of consecutive indices takes two (its
+/// first index marked with [`RUN`], then its length). A watcher that
+/// gets every event of several joined batches (a merged reply, when its
+/// client is behind) then holds one run, not a list that outgrew its
+/// slots into an allocation freed with every reply (2 % of a fan-out).
+/// Unambiguous: only a run's first slot carries the mark, so a slot
+/// after a marked one is its length; a list of plain indices (as
+/// `notify` builds them) is one already.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EventList(SmallVec<[u32; 4]>);
+
+impl EventList {
+    /// `picks` (ascending indices below 2³¹): a few as they are (a list of
+    /// plain indices is an event list), more as runs (a batch of many
+    /// events for one watcher: one run, inline, instead of a list that
+    /// outgrew its slots, an allocation freed on the worker that sends
+    /// the reply).
+    pub fn from_indices(picks: &[u32]) -> EventList {
+        debug_assert!(picks.iter().all(|&i| i < RUN));
+        if picks.len() <= 4 {
+            return EventList(SmallVec::from_slice(picks));
+        }
+        let mut l = EventList::default();
+        let mut k = 0;
+        while k < picks.len() {
+            let first = picks[k];
+            let mut n = 1;
+            while k + n < picks.len() && picks[k + n] == first + n as u32 {
+                n += 1;
+            }
+            l.push_run(first, n as u32);
+            k += n;
+        }
+        l
+    }
+
+    /// Appends index `i` (below 2³¹: a buffer holds far fewer events).
+    pub fn push(&mut self, i: u32) {
+        self.push_run(i, 1);
+    }
+
+    /// Appends indices `[first, first + n)`, joining a run (or a single
+    /// index) they continue.
+    fn push_run(&mut self, first: u32, n: u32) {
+        debug_assert!(first.saturating_add(n) < RUN);
+        if n == 0 {
+            return;
+        }
+        let s = &mut self.0;
+        let len = s.len();
+        if len >= 2 && s[len - 2] & RUN != 0 {
+            if (s[len - 2] & !RUN) + s[len - 1] == first {
+                s[len - 1] += n;
+                return;
+            }
+        } else if len >= 1 && s[len - 1] + 1 == first {
+            s[len - 1] |= RUN;
+            s.push(n + 1);
+            return;
+        }
+        if n == 1 {
+            s.push(first);
+        } else {
+            s.push(first | RUN);
+            s.push(n);
+        }
+    }
+
+    /// The indices, in order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut k = 0;
+        let mut run = 0..0;
+        std::iter::from_fn(move || loop {
+            if let Some(i) = run.next() {
+                return Some(i);
+            }
+            let v = *self.0.get(k)?;
+            if v & RUN == 0 {
+                k += 1;
+                return Some(v);
+            }
+            let start = v & !RUN;
+            run = start..start + self.0[k + 1];
+            k += 2;
+        })
+    }
+
+    /// The indices as ranges `[first, end)`, in order (a single index is a
+    /// range of one).
+    fn ranges(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let mut k = 0;
+        std::iter::from_fn(move || {
+            let v = *self.0.get(k)?;
+            if v & RUN == 0 {
+                k += 1;
+                Some((v, v + 1))
+            } else {
+                let start = v & !RUN;
+                k += 2;
+                Some((start, start + self.0[k - 1]))
+            }
+        })
+    }
+
+    /// Number of indices.
+    pub fn len(&self) -> usize {
+        let mut n = 0;
+        let mut k = 0;
+        while k < self.0.len() {
+            if self.0[k] & RUN == 0 {
+                n += 1;
+                k += 1;
+            } else {
+                n += self.0[k + 1] as usize;
+                k += 2;
+            }
+        }
+        n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Appends `later`'s indices. An inline list is first rewritten with
+    /// its runs joined (`notify` builds plain indices: consecutive ones
+    /// then take a slot each), so that merged replies stay inline.
+    fn extend(&mut self, later: &EventList) {
+        if !self.0.spilled() {
+            let plain = std::mem::take(self);
+            plain.ranges().for_each(|(a, b)| self.push_run(a, b - a));
+        }
+        later.ranges().for_each(|(a, b)| self.push_run(a, b - a));
+    }
+
+    /// Adds `by` to every index (the buffer's events placed after `by`
+    /// others).
+    fn shift(&mut self, by: u32) {
+        let mut k = 0;
+        while k < self.0.len() {
+            self.0[k] += by;
+            k += if self.0[k] & RUN == 0 { 1 } else { 2 };
+        }
+    }
+
+    /// Whether its slots outgrew the reply (tests).
+    #[cfg(test)]
+    fn spilled(&self) -> bool {
+        self.0.spilled()
+    }
+}
+
+impl FromIterator<u32> for EventList {
+    fn from_iter<T: IntoIterator<Item = u32>>(iter: T) -> Self {
+        let mut l = EventList::default();
+        iter.into_iter().for_each(|i| l.push(i));
+        l
+    }
+}
 
 /// Some of a batch's shared events, in order: indices into one of the
 /// buffers of the [`ReplyBatch`] that carries the reply.
@@ -83,23 +260,27 @@ pub struct SharedEvents {
     /// Total encoded size of the picked events (`u32::MAX` for 4 GiB or
     /// more: sizes are only estimates for buffer room and merging).
     len: u32,
-    picks: Picks,
+    picks: EventList,
 }
 
 impl SharedEvents {
     /// Events `picks` of `batch`, which the carrying message will hold
     /// as its buffer number `buf`.
-    pub(crate) fn new(buf: u32, batch: &EncodedEvents, picks: Picks) -> SharedEvents {
+    pub(crate) fn new(buf: u32, batch: &EncodedEvents, picks: &[u32]) -> SharedEvents {
         let len: usize = picks.iter().map(|&i| batch.len_of(i)).sum();
         let len = u32::try_from(len).unwrap_or(u32::MAX);
-        SharedEvents { buf, len, picks }
+        SharedEvents {
+            buf,
+            len,
+            picks: EventList::from_indices(picks),
+        }
     }
 
     /// The same events copied into `own` (a buffer of their own, number
     /// `buf` in the new message).
     fn copied(&self, from: &EncodedEvents, own: &mut EncodedEvents, buf: u32) -> SharedEvents {
         let picks = (self.picks.iter())
-            .map(|&i| {
+            .map(|i| {
                 let start = own.buf.len();
                 own.buf.extend_from_slice(from.span(i));
                 own.spans.push((start, own.buf.len()));
@@ -232,7 +413,7 @@ impl WatchReply {
                 // events of the same buffer join the last list (no second
                 // list, which would move the lists out of the reply)
                 Some(last) if last.buf == s.buf => {
-                    last.picks.extend(s.picks);
+                    last.picks.extend(&s.picks);
                     last.len = last.len.saturating_add(s.len);
                 }
                 _ => self.shared.push(s),
@@ -283,7 +464,7 @@ impl WatchReply {
         });
         resp.watch_id = self.watch_id;
         for s in self.shared {
-            for &i in &s.picks {
+            for i in s.picks.iter() {
                 let mut field = bufs[s.buf as usize].span(i);
                 // skip the field's tag and length: the rest is the Event
                 let decoded = prost::encoding::decode_key(&mut field)
@@ -311,8 +492,8 @@ impl WatchReply {
         }
         for s in &self.shared {
             let batch = &bufs[s.buf as usize];
-            for &i in &s.picks {
-                buf.put_slice(batch.span(i));
+            for (first, end) in s.picks.ranges() {
+                buf.put_slice(batch.spans_of(first, end));
             }
         }
     }
@@ -509,7 +690,7 @@ impl ReplyBatch {
                 if join {
                     for s in &mut r.shared {
                         let first = first_event[s.buf as usize];
-                        s.picks.iter_mut().for_each(|i| *i += first);
+                        s.picks.shift(first);
                         s.buf = 0;
                     }
                 } else {
@@ -729,11 +910,7 @@ mod tests {
         ];
         let mut batch = EncodedEvents::default();
         let idx: Vec<u32> = events.iter().map(|e| batch.push(e)).collect();
-        let reply = WatchReply::with_shared(
-            4,
-            9,
-            SharedEvents::new(0, &batch, smallvec::smallvec![idx[0], idx[2]]),
-        );
+        let reply = WatchReply::with_shared(4, 9, SharedEvents::new(0, &batch, &[idx[0], idx[2]]));
         let plain = sent(9, vec![events[0].clone(), events[2].clone()]);
         let bufs = [Arc::new(batch)];
         assert_eq!(bytes(&reply, &bufs, &BASE), plain.encode_to_vec());
@@ -754,11 +931,7 @@ mod tests {
         assert_eq!(reply.clone().into_response(&bufs), alone);
         // detached, it encodes the same from a buffer of its own; a reply
         // using most of its buffer keeps sharing it
-        let small = WatchReply::with_shared(
-            4,
-            9,
-            SharedEvents::new(0, &bufs[0], smallvec::smallvec![idx[3]]),
-        );
+        let small = WatchReply::with_shared(4, 9, SharedEvents::new(0, &bufs[0], &[idx[3]]));
         let batch = ReplyBatch::from_parts(bufs.clone().into(), vec![reply.clone(), small]);
         let (bufs_of, replies) = batch.into_parts();
         let d = ReplyBatch::detached_from(&bufs_of, replies);
@@ -797,16 +970,8 @@ mod tests {
         let mut b2 = EncodedEvents::default();
         let i1 = b2.push(&events[1]);
         let bufs = [Arc::new(b1), Arc::new(b2)];
-        let mut a = WatchReply::with_shared(
-            4,
-            5,
-            SharedEvents::new(0, &bufs[0], smallvec::smallvec![i0]),
-        );
-        let b = WatchReply::with_shared(
-            4,
-            6,
-            SharedEvents::new(1, &bufs[1], smallvec::smallvec![i1]),
-        );
+        let mut a = WatchReply::with_shared(4, 5, SharedEvents::new(0, &bufs[0], &[i0]));
+        let b = WatchReply::with_shared(4, 6, SharedEvents::new(1, &bufs[1], &[i1]));
         assert!(a.merge(b).is_none());
         let want = sent(6, vec![events[0].clone(), events[1].clone()]);
         assert_eq!(bytes(&a, &bufs, &BASE), want.encode_to_vec());
@@ -819,8 +984,7 @@ mod tests {
         let mut d = decoded;
         let mut b3 = EncodedEvents::default();
         let i2 = b3.push(&events[0]);
-        let later =
-            WatchReply::with_shared(4, 8, SharedEvents::new(0, &b3, smallvec::smallvec![i2]));
+        let later = WatchReply::with_shared(4, 8, SharedEvents::new(0, &b3, &[i2]));
         assert!(d.merge(later).is_none());
         assert_eq!(d.revision(), 8);
         assert_eq!(
@@ -857,10 +1021,7 @@ mod tests {
                 enc.push(&ev("unused", "", None));
                 let i = enc.push(e);
                 let replies = (w.iter())
-                    .map(|&w| {
-                        let picks = smallvec::smallvec![i];
-                        WatchReply::with_shared(w, rev, SharedEvents::new(0, &enc, picks))
-                    })
+                    .map(|&w| WatchReply::with_shared(w, rev, SharedEvents::new(0, &enc, &[i])))
                     .collect();
                 ReplyBatch::from_parts(smallvec::smallvec![Arc::new(enc)], replies)
             };
@@ -895,12 +1056,115 @@ mod tests {
         let mut enc = EncodedEvents::default();
         let i = enc.push(&ev("a", "1", None));
         let one = |rev| {
-            let picks = smallvec::smallvec![i];
-            let r = WatchReply::with_shared(1, rev, SharedEvents::new(0, &enc, picks));
+            let r = WatchReply::with_shared(1, rev, SharedEvents::new(0, &enc, &[i]));
             ReplyBatch::from_parts(smallvec::smallvec![Arc::new(enc.clone())], vec![r])
         };
         assert_eq!(ReplyBatch::coalesce(vec![one(5), one(6)], 10).len(), 2);
         assert_eq!(ReplyBatch::coalesce(vec![one(5), one(6)], 1000).len(), 1);
+    }
+
+    /// An event list holds the indices pushed, in order, whatever their
+    /// runs and gaps; shifting and extending keep them; its ranges cover
+    /// them.
+    #[test]
+    fn test_event_list_holds_what_was_pushed() {
+        let mut seed = 0x2545_f491_u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        for _ in 0..500 {
+            let (mut want, mut at) = (Vec::new(), next() % 5);
+            for _ in 0..next() % 12 {
+                want.push(at);
+                // mostly the next index (runs), sometimes a gap
+                at += if next() % 3 == 0 { 2 + next() % 4 } else { 1 };
+            }
+            let list: EventList = want.iter().copied().collect();
+            assert_eq!(list.iter().collect::<Vec<_>>(), want);
+            let from = EventList::from_indices(&want);
+            assert_eq!(from.iter().collect::<Vec<_>>(), want);
+            assert!(!from.spilled() || list.spilled());
+            assert_eq!(list.len(), want.len());
+            assert_eq!(list.is_empty(), want.is_empty());
+            let covered: Vec<u32> = list.ranges().flat_map(|(a, b)| a..b).collect();
+            assert_eq!(covered, want);
+            let mut shifted = list.clone();
+            shifted.shift(7);
+            let plus: Vec<u32> = want.iter().map(|i| i + 7).collect();
+            assert_eq!(shifted.iter().collect::<Vec<_>>(), plus);
+            let mut joined = list.clone();
+            joined.extend(&shifted);
+            let both: Vec<u32> = want.iter().chain(&plus).copied().collect();
+            assert_eq!(joined.iter().collect::<Vec<_>>(), both);
+            // the same indices as `notify` leaves them (one slot each)
+            let mut plain = EventList(want.iter().copied().collect());
+            assert_eq!(plain.iter().collect::<Vec<_>>(), want);
+            plain.extend(&EventList(plus.iter().copied().collect()));
+            assert_eq!(plain.iter().collect::<Vec<_>>(), both);
+        }
+        // plain indices, as `notify` builds them, are a list as they are
+        let mut plain = EventList(smallvec::smallvec![3, 4, 5, 9]);
+        assert_eq!(plain.iter().collect::<Vec<_>>(), [3, 4, 5, 9]);
+        assert_eq!((plain.len(), plain.ranges().count()), (4, 4));
+        plain.shift(1);
+        plain.extend(&EventList(smallvec::smallvec![11, 12]));
+        assert_eq!(plain.iter().collect::<Vec<_>>(), [4, 5, 6, 10, 11, 12]);
+        // merging plain lists of consecutive indices (batches of several
+        // events each) joins them into one run
+        let mut merged = EventList(smallvec::smallvec![0, 1, 2, 3]);
+        for k in 1..10 {
+            merged.extend(&EventList(smallvec::smallvec![
+                4 * k,
+                4 * k + 1,
+                4 * k + 2,
+                4 * k + 3
+            ]));
+        }
+        assert_eq!(merged.ranges().collect::<Vec<_>>(), [(0, 40)]);
+        assert!(!merged.spilled());
+        // a batch of many events for one watcher becomes a run
+        let mut enc = EncodedEvents::default();
+        let many: Vec<u32> = (0..20)
+            .map(|n| enc.push(&ev("k", &n.to_string(), None)))
+            .collect();
+        let shared = SharedEvents::new(0, &enc, &many);
+        assert!(!shared.picks.spilled());
+        assert_eq!(shared.picks.iter().collect::<Vec<_>>(), many);
+        // a run of any length takes two slots
+        let run: EventList = (3..1000).collect();
+        assert!(!run.spilled());
+        assert_eq!(run.ranges().collect::<Vec<_>>(), [(3, 1000)]);
+    }
+
+    /// A watcher that gets every event of many small batches, merged when
+    /// its client is behind: one reply, its events one run of the joined
+    /// buffer (held inline, no allocation), encoded as prost encodes the
+    /// response with all of them.
+    #[test]
+    fn test_merged_reply_of_every_event_stays_inline() {
+        let events: Vec<Event> = (0..12)
+            .map(|n| ev("k", &format!("v{n}"), (n % 2 == 1).then_some("p")))
+            .collect();
+        let batches = (events.iter().zip(5..))
+            .map(|(e, rev)| {
+                let mut enc = EncodedEvents::default();
+                let i = enc.push(e);
+                let r = WatchReply::with_shared(4, rev, SharedEvents::new(0, &enc, &[i]));
+                ReplyBatch::from_parts(smallvec::smallvec![Arc::new(enc)], vec![r])
+            })
+            .collect();
+        let out = ReplyBatch::coalesce(batches, usize::MAX);
+        assert_eq!((out.bufs.len(), out.replies.len()), (1, 1));
+        let r = &out.replies[0];
+        assert_eq!(r.shared.len(), 1);
+        assert!(!r.shared[0].picks.spilled(), "{:?}", r.shared[0].picks);
+        assert_eq!(r.event_count(), 12);
+        let want = sent(16, events);
+        assert_eq!(bytes(r, &out.bufs, &BASE), want.encode_to_vec());
+        assert_eq!(r.encoded_len(&BASE), want.encoded_len());
     }
 
     /// Appending batches that point into the same buffer keeps one copy
@@ -913,11 +1177,7 @@ mod tests {
         let shared = Arc::new(enc);
         let other = Arc::new(EncodedEvents::default());
         let part = |w: i64, i: usize| {
-            let r = WatchReply::with_shared(
-                w,
-                5,
-                SharedEvents::new(0, &shared, smallvec::smallvec![idx[i]]),
-            );
+            let r = WatchReply::with_shared(w, 5, SharedEvents::new(0, &shared, &[idx[i]]));
             ReplyBatch::from_parts(smallvec::smallvec![shared.clone()], vec![r])
         };
         let mut all = ReplyBatch::from(WatchResponse::default());
@@ -988,9 +1248,7 @@ mod tests {
                 let shared = variant % 3 == 0;
                 let mut plain = resp;
                 if shared {
-                    reply
-                        .shared
-                        .push(SharedEvents::new(0, &bufs[0], smallvec::smallvec![i0]));
+                    reply.shared.push(SharedEvents::new(0, &bufs[0], &[i0]));
                     plain.events.push(ev("k", "v", Some("p")));
                 }
                 let encoded = bytes(&reply, &bufs, &header);

@@ -169,7 +169,7 @@ impl StreamReplies {
 
 /// A reply of watcher `watch_id` at `revision` with the shared events
 /// `picks` of `enc`, the only buffer of the message that will carry it.
-fn shared(watch_id: WatchId, revision: i64, enc: &EncodedEvents, picks: Picks) -> WatchReply {
+fn shared(watch_id: WatchId, revision: i64, enc: &EncodedEvents, picks: &[u32]) -> WatchReply {
     WatchReply::with_shared(watch_id, revision, SharedEvents::new(0, enc, picks))
 }
 
@@ -554,11 +554,11 @@ impl WatchableStore {
                 let group = &mut groups[g];
                 group.members.push((wk, cuts.len(), last + 1));
                 if let [(_, rev)] = cuts[..] {
-                    group.batch.replies.push(shared(wk.1, rev, enc, picks));
+                    group.batch.replies.push(shared(wk.1, rev, enc, &picks));
                 } else {
                     let mut start = 0;
                     for (end, rev) in cuts {
-                        let chunk = Picks::from_slice(&picks[start..end]);
+                        let chunk = &picks[start..end];
                         start = end;
                         group.batch.replies.push(shared(wk.1, rev, enc, chunk));
                     }
@@ -869,7 +869,7 @@ impl WatchableStore {
             groups[g]
                 .batch
                 .replies
-                .push(shared(wk.1, end, &bufs[0], picks));
+                .push(shared(wk.1, end, &bufs[0], &picks));
             groups[g].members.push((wk, 1, end + 1));
         }
         inner.send_groups(groups, |inner, wk| {
