@@ -507,28 +507,26 @@ fn proposal(from: u64, to: u64, term: u64, key: &str, value: &str) -> Vec<u8> {
         })),
         ..Default::default()
     };
-    let e = Entry {
-        data: prost::Message::encode_to_vec(&req).into(),
-        ..Default::default()
-    };
-    let mut m = Message::default();
-    m.set_msg_type(MessageType::MsgPropose);
-    (m.from, m.to, m.term) = (from, to, term);
-    m.entries.push(e);
-    m.write_to_bytes().expect("encode")
+    let data = prost::Message::encode_to_vec(&req);
+    with_entry(MessageType::MsgPropose, (from, to, term), data)
 }
 
 /// A ReadIndex request (as raft forwards one: no term) of member `from`,
 /// with a context no read waits for.
 fn read_index(from: u64, to: u64, term: u64) -> Vec<u8> {
-    let e = Entry {
-        data: b"forwarded-read".to_vec().into(),
-        ..Default::default()
-    };
+    let data = b"forwarded-read".to_vec();
+    with_entry(MessageType::MsgReadIndex, (from, to, term), data)
+}
+
+/// A message of type `t` (from, to, term) carrying one entry of `data`.
+fn with_entry(t: MessageType, (from, to, term): (u64, u64, u64), data: Vec<u8>) -> Vec<u8> {
     let mut m = Message::default();
-    m.set_msg_type(MessageType::MsgReadIndex);
+    m.set_msg_type(t);
     (m.from, m.to, m.term) = (from, to, term);
-    m.entries.push(e);
+    m.entries.push(Entry {
+        data: data.into(),
+        ..Default::default()
+    });
     m.write_to_bytes().expect("encode")
 }
 
