@@ -108,7 +108,7 @@ impl EventList {
     /// events for one watcher: one run, inline, instead of a list that
     /// outgrew its slots, an allocation freed on the worker that sends
     /// the reply).
-    pub fn from_indices(picks: &[u32]) -> EventList {
+    pub(crate) fn from_indices(picks: &[u32]) -> EventList {
         debug_assert!(picks.iter().all(|&i| i < RUN));
         if picks.len() <= 4 {
             return EventList(SmallVec::from_slice(picks));
@@ -128,7 +128,7 @@ impl EventList {
     }
 
     /// Appends index `i` (below 2³¹: a buffer holds far fewer events).
-    pub fn push(&mut self, i: u32) {
+    fn push(&mut self, i: u32) {
         self.push_run(i, 1);
     }
 
