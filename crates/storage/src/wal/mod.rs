@@ -31,7 +31,9 @@
 //! machine). Once a segment that was not prepared has taken 1 MiB or 1000
 //! synced saves, or a prepared one is half written, the next one is
 //! prepared on a background thread (`spare.wal.tmp`: zeros written
-//! and synced 256 KiB at a time, only with four segments' room free); when
+//! and synced 256 KiB at a time, with `O_DIRECT` where the file system
+//! takes it, only with four segments' room free; writes into it are
+//! padded with zeros to whole pages, so none reads an uncached page); when
 //! it is ready the log moves onto it — at once if the current segment was
 //! not such a spare (the old one is cut to its written length, as etcd's
 //! cut truncates), else when the current one is full. An idle member
@@ -222,6 +224,9 @@ pub struct Wal {
     spare: Option<segment::Spare>,
     /// The current segment was a prepared spare (its zeros are written).
     zeroed: bool,
+    /// Where a prepared current segment's zeros end (its length): writes
+    /// into it are padded to whole pages up to there (`segment::page_pad`).
+    zeros_end: u64,
     /// Bytes this handle appended to the current segment, and the synced
     /// saves among those appends.
     appended: u64,
@@ -270,6 +275,7 @@ impl Wal {
             failed: false,
             spare: None,
             zeroed: false,
+            zeros_end: 0,
             appended: 0,
             appended_syncs: 0,
         })
@@ -432,6 +438,7 @@ impl Wal {
             failed: false,
             spare: None,
             zeroed: false,
+            zeros_end: 0,
             appended: 0,
             appended_syncs: 0,
         };
@@ -607,10 +614,13 @@ impl Wal {
         // error messages are formatted only on error (formatting the
         // segment's name for both calls was 6 % of a lone put's
         // instructions)
-        let res = self
-            .file
-            .write_all_at(buf, self.offset)
-            .map_err(|e| io_err(format!("write {}", self.current_name()))(e));
+        let res = if self.zeroed {
+            let pad = segment::page_pad(self.offset + buf.len() as u64, self.zeros_end);
+            segment::write_padded(&self.file, buf, pad, self.offset)
+        } else {
+            self.file.write_all_at(buf, self.offset)
+        };
+        let res = res.map_err(|e| io_err(format!("write {}", self.current_name()))(e));
         let res = res.and_then(|()| if sync { self.sync_file() } else { Ok(()) });
         if res.is_err() {
             self.failed = true;
@@ -697,9 +707,11 @@ impl Wal {
         }
         let spare = self.spare.as_mut().and_then(|s| s.take());
         let zeroed = spare.is_some();
+        let mut zeros_end = 0;
         let (file, syncs) = match spare {
             Some(f) => {
-                let syncs = segment::install_spare(&self.dir, &f, &name, &buf)?;
+                let (syncs, len) = segment::install_spare(&self.dir, &f, &name, &buf)?;
+                zeros_end = len;
                 (f, syncs)
             }
             None => segment::create(&self.dir, &name, &buf, prealloc_size(self.segment_size))?,
@@ -710,6 +722,7 @@ impl Wal {
         self.sync_count += syncs;
         self.file = file;
         self.zeroed = zeroed;
+        self.zeros_end = zeros_end;
         self.appended = 0;
         self.appended_syncs = 0;
         self.offset = buf.len() as u64;

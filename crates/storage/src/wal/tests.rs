@@ -1047,3 +1047,134 @@ fn test_unfinished_spare_is_removed_at_open() {
         assert_eq!(segment_paths(dir.path()).len(), 1);
     });
 }
+
+/// Bytes this thread has had read from the disk (not from the page cache).
+fn thread_read_bytes() -> u64 {
+    let io = fs::read_to_string("/proc/thread-self/io").unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// Whether the file system under `dir` takes `O_DIRECT` writes.
+fn takes_direct_io(dir: &Path) -> bool {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let p = dir.join("direct-probe");
+    let ok = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .and_then(|f| {
+            let v = vec![0u8; 2 * segment::PAGE];
+            let a = &v[v.as_ptr().align_offset(segment::PAGE)..][..segment::PAGE];
+            f.write_all_at(a, 0)
+        })
+        .is_ok();
+    let _ = fs::remove_file(&p);
+    ok
+}
+
+#[test]
+fn test_page_pad() {
+    let page = segment::PAGE as u64;
+    // to the end of the page the write ends in, not past the zeros
+    assert_eq!(segment::page_pad(1, 4 * page), segment::PAGE - 1);
+    assert_eq!(segment::page_pad(page + 300, 4 * page), segment::PAGE - 300);
+    assert_eq!(segment::page_pad(page, 4 * page), 0);
+    assert_eq!(segment::page_pad(3 * page + 10, 3 * page + 100), 90);
+    assert_eq!(segment::page_pad(4 * page, 4 * page), 0);
+    assert_eq!(segment::page_pad(5 * page + 1, 4 * page), 0);
+}
+
+#[test]
+fn test_write_padded_writes_the_bytes_then_zeros() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dir.path().join("f"))
+        .unwrap();
+    f.write_all_at(&[0xee; 3 * segment::PAGE], 0).unwrap();
+    segment::write_padded(&f, &[7; 300], 100, 10).unwrap();
+    segment::write_padded(&f, &[], 5, 2000).unwrap();
+    segment::write_padded(&f, &[9; 3], 0, 2010).unwrap();
+    let mut got = vec![0u8; 3 * segment::PAGE];
+    f.read_exact_at(&mut got, 0).unwrap();
+    let mut want = vec![0xeeu8; 3 * segment::PAGE];
+    want[10..310].fill(7);
+    want[310..410].fill(0);
+    want[2000..2005].fill(0);
+    want[2010..2013].fill(9);
+    assert_eq!(got, want);
+}
+
+/// A prepared spare's zeros reach the disk past the page cache (where the
+/// file system takes `O_DIRECT`), and the log writes each page of it whole
+/// the first time, so its small appends read nothing from the disk (a
+/// partial write into an uncached written block reads the block first).
+/// Where `O_DIRECT` is refused, the spare is written the usual way.
+#[test]
+fn test_spare_zeros_skip_the_page_cache_and_appends_read_nothing() {
+    use std::os::unix::fs::FileExt;
+    with_prealloc(4 << 20, || {
+        let dir = tempfile::tempdir().unwrap();
+        let direct = takes_direct_io(dir.path());
+        let mut w = Wal::create(dir.path(), b"m").unwrap();
+        let mut i = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !w.zeroed {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no switch to the spare"
+            );
+            i += 1;
+            w.save(None, &[big_ent(i)]).unwrap();
+            if i > 300 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        let seg = last_segment(dir.path());
+        assert_eq!(file_len(&seg), 4 << 20);
+        // small synced appends over a dozen fresh pages
+        let start = w.offset;
+        let before = thread_read_bytes();
+        let put = |i: u64| WalEntry {
+            index: i,
+            term: 1,
+            data: vec![i as u8; 300],
+        };
+        for _ in 0..200 {
+            i += 1;
+            w.save(Some(b"hs"), &[put(i)]).unwrap();
+        }
+        assert!(w.offset - start > 12 * segment::PAGE as u64);
+        assert_eq!(
+            thread_read_bytes() - before,
+            0,
+            "appends into the prepared segment read pages from the disk"
+        );
+        // the far end of the segment: still zeros, and (direct) not cached
+        let f = fs::File::open(&seg).unwrap();
+        const TAIL: usize = 256 * 1024;
+        let mut tail = vec![1u8; TAIL];
+        let before = thread_read_bytes();
+        f.read_exact_at(&mut tail, (4 << 20) - TAIL as u64).unwrap();
+        assert!(tail.iter().all(|&b| b == 0));
+        let read = thread_read_bytes() - before;
+        if direct {
+            assert!(
+                read >= TAIL as u64,
+                "the spare's zeros were in the page cache ({read} bytes read from the disk)"
+            );
+        }
+        drop(w);
+        let (_, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries.len() as u64, i);
+        assert_eq!(c.entries.last().unwrap(), &put(i));
+        assert_eq!(c.hard_state.as_deref(), Some(&b"hs"[..]));
+    });
+}
