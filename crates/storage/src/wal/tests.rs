@@ -986,6 +986,26 @@ fn test_log_moves_onto_a_prepared_spare() {
     });
 }
 
+/// Saves 4 KiB entries 1, 2, ... until the log has moved onto a prepared
+/// spare (pausing once the spare is due, so its thread gets to write it).
+/// Returns the last index saved.
+fn save_until_on_a_spare(w: &mut Wal) -> u64 {
+    let mut i = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !w.zeroed {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no switch to the spare"
+        );
+        i += 1;
+        w.save(None, &[big_ent(i)]).unwrap();
+        if i > 300 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    i
+}
+
 /// On a prepared segment the next spare is started only once the segment
 /// is half written (it is needed when the segment is full), not after its
 /// first MiB.
@@ -994,19 +1014,7 @@ fn test_next_spare_waits_for_half_of_a_prepared_segment() {
     with_prealloc(8 << 20, || {
         let dir = tempfile::tempdir().unwrap();
         let mut w = Wal::create(dir.path(), b"m").unwrap();
-        let mut i = 0;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !w.zeroed {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no switch to the spare"
-            );
-            i += 1;
-            w.save(None, &[big_ent(i)]).unwrap();
-            if i > 300 {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-        }
+        let mut i = save_until_on_a_spare(&mut w);
         assert!(w.spare.is_none(), "the spare in use is not a next one");
         // 2 MiB into the 8 MiB prepared segment: past SPARE_AFTER, short of half
         for _ in 0..512 {
@@ -1124,19 +1132,7 @@ fn test_spare_zeros_skip_the_page_cache_and_appends_read_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let direct = takes_direct_io(dir.path());
         let mut w = Wal::create(dir.path(), b"m").unwrap();
-        let mut i = 0;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !w.zeroed {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no switch to the spare"
-            );
-            i += 1;
-            w.save(None, &[big_ent(i)]).unwrap();
-            if i > 300 {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-        }
+        let mut i = save_until_on_a_spare(&mut w);
         let seg = last_segment(dir.path());
         assert_eq!(file_len(&seg), 4 << 20);
         // small synced appends over a dozen fresh pages
