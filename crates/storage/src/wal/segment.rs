@@ -85,8 +85,12 @@ pub(crate) fn remove_temp_files(dir: &Path) -> Result<()> {
             .is_some_and(|n| n.ends_with(TMP_SUFFIX))
         {
             tracing::warn!(file = ?ent.path(), "wal: removing unfinished segment");
-            fs::remove_file(ent.path())
-                .map_err(io_err(format!("remove {}", ent.path().display())))?;
+            match fs::remove_file(ent.path()) {
+                // gone meanwhile: a dropped log's spare thread, cancelled,
+                // removes its own file
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                r => r.map_err(io_err(format!("remove {}", ent.path().display())))?,
+            }
         }
     }
     Ok(())
@@ -257,7 +261,6 @@ fn write_zeros(
     len: u64,
     stop: &std::sync::atomic::AtomicBool,
 ) -> std::io::Result<File> {
-    use std::os::unix::fs::FileExt;
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(std::io::Error::other("cancelled"));
     }
@@ -290,7 +293,7 @@ fn write_zeros(
             return Err(std::io::Error::other("cancelled"));
         }
         let n = (len - off).min(SPARE_STEP as u64) as usize;
-        match f.write_all_at(&zeros[..n], off) {
+        match write_step(&f, &zeros[..n], off, direct) {
             Ok(()) => {}
             // a file system that opens but refuses direct writes: the
             // usual way from here on (the step is written again)
@@ -314,6 +317,23 @@ fn write_zeros(
     f.sync_all()?;
     Ok(f)
 }
+
+/// One step of a spare's zeros.
+fn write_step(f: &File, zeros: &[u8], off: u64, direct: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    #[cfg(test)]
+    if direct && REFUSE_DIRECT.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(rustix::io::Errno::INVAL.into());
+    }
+    let _ = direct;
+    f.write_all_at(zeros, off)
+}
+
+/// Unit tests: direct writes of spares fail with EINVAL, as on a file
+/// system that opens files with `O_DIRECT` but refuses the writes.
+#[cfg(test)]
+pub(crate) static REFUSE_DIRECT: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// The page size the log pads its first write into a page to.
 pub(crate) const PAGE: usize = 4096;
