@@ -197,18 +197,7 @@ impl EventList {
 
     /// Number of indices.
     pub fn len(&self) -> usize {
-        let mut n = 0;
-        let mut k = 0;
-        while k < self.0.len() {
-            if self.0[k] & RUN == 0 {
-                n += 1;
-                k += 1;
-            } else {
-                n += self.0[k + 1] as usize;
-                k += 2;
-            }
-        }
-        n
+        self.ranges().map(|(a, b)| (b - a) as usize).sum()
     }
 
     pub fn is_empty(&self) -> bool {

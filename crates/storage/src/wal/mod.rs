@@ -222,10 +222,9 @@ pub struct Wal {
     failed: bool,
     /// The next segment, being prepared (zero-filled) in the background.
     spare: Option<segment::Spare>,
-    /// The current segment was a prepared spare (its zeros are written).
-    zeroed: bool,
-    /// Where a prepared current segment's zeros end (its length): writes
-    /// into it are padded to whole pages up to there (`segment::page_pad`).
+    /// Where the current segment's written zeros end (its length) when it
+    /// was a prepared spare, else 0 (see [`Wal::zeroed`]): writes into it
+    /// are padded to whole pages up to there (`segment::page_pad`).
     zeros_end: u64,
     /// Bytes this handle appended to the current segment, and the synced
     /// saves among those appends.
@@ -274,7 +273,6 @@ impl Wal {
             no_fsync: false,
             failed: false,
             spare: None,
-            zeroed: false,
             zeros_end: 0,
             appended: 0,
             appended_syncs: 0,
@@ -437,7 +435,6 @@ impl Wal {
             no_fsync: false,
             failed: false,
             spare: None,
-            zeroed: false,
             zeros_end: 0,
             appended: 0,
             appended_syncs: 0,
@@ -528,7 +525,7 @@ impl Wal {
     /// zeroed 128 MiB for a run that wrote 20 MB of log).
     fn maybe_cut(&mut self) -> Result<()> {
         let prealloc = prealloc_size(self.segment_size);
-        let busy = if self.zeroed {
+        let busy = if self.zeroed() {
             // (the zeros end at the preallocated length: the segment size,
             // or less in unit tests)
             self.offset >= prealloc / 2
@@ -538,7 +535,7 @@ impl Wal {
         if prealloc > 0 && self.spare.is_none() && busy {
             self.spare = Some(segment::Spare::start(&self.dir, prealloc));
         }
-        let early = !self.zeroed && self.spare.as_mut().is_some_and(|s| s.is_ready());
+        let early = !self.zeroed() && self.spare.as_mut().is_some_and(|s| s.is_ready());
         if self.offset >= self.segment_size || early {
             self.cut()?;
         }
@@ -595,6 +592,12 @@ impl Wal {
         self.segment_size = bytes;
     }
 
+    /// Whether the current segment was a prepared spare (its zeros are
+    /// written).
+    fn zeroed(&self) -> bool {
+        self.zeros_end > 0
+    }
+
     /// Number of fsync/fdatasync calls this handle has issued (saves, segment
     /// cuts, directory syncs, torn-tail repair).
     pub fn sync_count(&self) -> u64 {
@@ -614,7 +617,7 @@ impl Wal {
         // error messages are formatted only on error (formatting the
         // segment's name for both calls was 6 % of a lone put's
         // instructions)
-        let res = if self.zeroed {
+        let res = if self.zeroed() {
             let pad = segment::page_pad(self.offset + buf.len() as u64, self.zeros_end);
             segment::write_padded(&self.file, buf, pad, self.offset)
         } else {
@@ -706,22 +709,22 @@ impl Wal {
             self.sync_count += 1;
         }
         let spare = self.spare.as_mut().and_then(|s| s.take());
-        let zeroed = spare.is_some();
-        let mut zeros_end = 0;
-        let (file, syncs) = match spare {
+        let (file, syncs, zeros_end) = match spare {
             Some(f) => {
                 let (syncs, len) = segment::install_spare(&self.dir, &f, &name, &buf)?;
-                zeros_end = len;
-                (f, syncs)
+                (f, syncs, len)
             }
-            None => segment::create(&self.dir, &name, &buf, prealloc_size(self.segment_size))?,
+            None => {
+                let prealloc = prealloc_size(self.segment_size);
+                let (f, syncs) = segment::create(&self.dir, &name, &buf, prealloc)?;
+                (f, syncs, 0)
+            }
         };
         if self.spare.as_mut().is_some_and(|s| s.finished()) {
             self.spare = None;
         }
         self.sync_count += syncs;
         self.file = file;
-        self.zeroed = zeroed;
         self.zeros_end = zeros_end;
         self.appended = 0;
         self.appended_syncs = 0;

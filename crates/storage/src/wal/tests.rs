@@ -967,7 +967,7 @@ fn test_log_moves_onto_a_prepared_spare() {
             w.save(None, &[big_ent(i)]).unwrap();
         }
         let segs = segment_paths(dir.path());
-        assert!(w.zeroed, "the current segment is the prepared spare");
+        assert!(w.zeroed(), "the current segment is the prepared spare");
         assert_eq!(file_len(&segs[1]), 4 << 20, "the spare is the whole size");
         assert!(
             file_len(&segs[0]) < 4 << 20 && file_len(&segs[0]) > i * 4096 / 2,
@@ -992,7 +992,7 @@ fn test_log_moves_onto_a_prepared_spare() {
 fn save_until_on_a_spare(w: &mut Wal) -> u64 {
     let mut i = 0;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !w.zeroed {
+    while !w.zeroed() {
         assert!(
             std::time::Instant::now() < deadline,
             "no switch to the spare"
