@@ -38,6 +38,8 @@
 //! not such a spare (the old one is cut to its written length, as etcd's
 //! cut truncates), else when the current one is full. An idle member
 //! prepares nothing; an unfinished spare is removed at the next open.
+//! A segment reopened with every block of its tail written (`FIEMAP`:
+//! no unwritten extent, no hole) is taken for a prepared one.
 //!
 //! # Records
 //!
@@ -398,6 +400,11 @@ impl Wal {
         // A segment written before preallocation (or whose torn tail was
         // cut) gets its room back.
         segment::preallocate(&file, prealloc_size(DEFAULT_SEGMENT_SIZE), &path);
+        // A prepared spare stays one across a restart: its writes are
+        // padded, and no early spare replaces it.
+        let zeros_end = file
+            .metadata()
+            .map_or(0, |m| segment::written_zeros_end(&file, last_end, m.len()));
 
         let snap_index = snapshot.as_ref().map_or(0, |s| s.index);
         let last_index = entries.last().map_or(0, |e| e.index).max(snap_index);
@@ -435,7 +442,7 @@ impl Wal {
             no_fsync: false,
             failed: false,
             spare: None,
-            zeros_end: 0,
+            zeros_end,
             appended: 0,
             appended_syncs: 0,
         };

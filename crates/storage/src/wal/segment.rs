@@ -360,6 +360,37 @@ pub(crate) fn page_pad(end: u64, zeros_end: u64) -> usize {
     page_end.min(zeros_end).saturating_sub(end) as usize
 }
 
+/// Where the written zeros of a reopened segment end: its length `len`
+/// when every block from the page holding `from` (the end of its records)
+/// to its end is written — a prepared spare, whose zeros were written
+/// before it became a segment — else 0: some of that tail is only
+/// preallocated (`fallocate`'s unwritten extents), a hole, or the file
+/// system does not say (no `FIEMAP`, as on tmpfs).
+pub(crate) fn written_zeros_end(f: &File, from: u64, len: u64) -> u64 {
+    use fiemap::FiemapExtentFlags as X;
+    if from >= len {
+        return 0;
+    }
+    let not_written = X::UNWRITTEN | X::DELALLOC | X::UNKNOWN;
+    // everything before `covered` is known to be written
+    let mut covered = from / PAGE as u64 * PAGE as u64;
+    for ext in fiemap::Fiemap::new(f) {
+        let Ok(ext) = ext else { return 0 };
+        let end = ext.fe_logical.saturating_add(ext.fe_length);
+        if end <= covered {
+            continue;
+        }
+        if ext.fe_logical > covered || ext.fe_flags.intersects(not_written) {
+            return 0;
+        }
+        covered = end;
+        if covered >= len {
+            return len;
+        }
+    }
+    0
+}
+
 /// Writes `buf` at `offset` and then `pad` zeros (at most a page), in one
 /// call where the system takes it all at once.
 pub(crate) fn write_padded(f: &File, buf: &[u8], pad: usize, offset: u64) -> std::io::Result<()> {

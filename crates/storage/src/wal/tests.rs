@@ -1037,6 +1037,103 @@ fn test_next_spare_waits_for_half_of_a_prepared_segment() {
     });
 }
 
+/// Only a tail whose every block is written counts as prepared zeros:
+/// not one preallocated with `fallocate`, nor a sparse one.
+#[test]
+fn test_written_zeros_end() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.path().join(name))
+            .unwrap()
+    };
+    let len = 1u64 << 20;
+    let written = open("written");
+    written.write_all_at(&vec![0u8; len as usize], 0).unwrap();
+    written.sync_all().unwrap();
+    assert_eq!(segment::written_zeros_end(&written, 5000, len), len);
+    assert_eq!(segment::written_zeros_end(&written, 0, len), len);
+    assert_eq!(segment::written_zeros_end(&written, len, len), 0);
+
+    let sparse = open("sparse");
+    sparse.write_all_at(&[1u8; 8192], 0).unwrap();
+    sparse.set_len(len).unwrap();
+    sparse.sync_all().unwrap();
+    assert_eq!(segment::written_zeros_end(&sparse, 8192, len), 0);
+
+    let allocated = open("allocated");
+    allocated.write_all_at(&[1u8; 8192], 0).unwrap();
+    segment::preallocate(&allocated, len, &dir.path().join("allocated"));
+    allocated.sync_all().unwrap();
+    assert_eq!(allocated.metadata().unwrap().len(), len);
+    assert_eq!(segment::written_zeros_end(&allocated, 8192, len), 0);
+    // its written head alone is not a tail of zeros to the end
+    assert_eq!(segment::written_zeros_end(&allocated, 100, len), 0);
+}
+
+/// A log reopened on a prepared segment knows it is one (its tail's
+/// blocks are written, not only preallocated): no early spare replaces
+/// it, and its next spare waits for half the segment, as before the
+/// restart. (Its appends read nothing from the disk either way: open
+/// reads the whole segment into the page cache.) A reopened segment that
+/// was only preallocated is not taken for a prepared one.
+#[test]
+fn test_reopened_prepared_segment_is_known_as_prepared() {
+    with_prealloc(8 << 20, || {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Wal::create(dir.path(), b"m").unwrap();
+        drop(w);
+        let (w2, _) = Wal::open(dir.path()).unwrap();
+        assert!(
+            !w2.zeroed(),
+            "a preallocated segment taken for a prepared one"
+        );
+        w = w2;
+        let mut i = save_until_on_a_spare(&mut w);
+        for _ in 0..10 {
+            i += 1;
+            w.save(Some(b"hs"), &[big_ent(i)]).unwrap();
+        }
+        drop(w);
+        let (mut w, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries.len() as u64, i);
+        assert!(
+            w.zeroed(),
+            "the reopened prepared segment is not known as one"
+        );
+        assert_eq!(w.zeros_end, 8 << 20);
+        let put = |i: u64| WalEntry {
+            index: i,
+            term: 1,
+            data: vec![i as u8; 300],
+        };
+        let start = w.offset;
+        for _ in 0..SPARE_AFTER_SYNCS + 10 {
+            i += 1;
+            w.save(Some(b"hs"), &[put(i)]).unwrap();
+        }
+        assert!(w.offset - start > SPARE_AFTER / 4);
+        assert!(w.offset < 4 << 20);
+        assert_eq!(
+            segment_paths(dir.path()).len(),
+            2,
+            "no cut after the reopen"
+        );
+        assert!(
+            w.spare.is_none(),
+            "a spare started before half the reopened prepared segment"
+        );
+        drop(w);
+        let (_, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries.len() as u64, i);
+        assert_eq!(c.entries.last().unwrap(), &put(i));
+    });
+}
+
 /// A log dropped while its spare is prepared: the next open removes the
 /// unfinished spare and replays everything.
 #[test]
