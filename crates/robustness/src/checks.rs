@@ -67,6 +67,12 @@ pub struct CheckOutcome {
 /// Runs every check of a finished run except the lease check (which has
 /// its own record) and convergence/HashKV (which need the live cluster).
 pub fn check_run(rec: &RunRecord) -> CheckOutcome {
+    check_run_with_budget(rec, linearizability::DEFAULT_BUDGET)
+}
+
+/// [`check_run`] with the linearizability search's step budget `budget`
+/// (re-checking a saved record whose check gave up at the default one).
+pub fn check_run_with_budget(rec: &RunRecord, budget: u64) -> CheckOutcome {
     let mut out = CheckOutcome::default();
     let mut wr = watch::check(&rec.watches, &rec.history, rec.init_rev, rec.final_rev);
     if rec.etcd {
@@ -99,7 +105,7 @@ pub fn check_run(rec: &RunRecord) -> CheckOutcome {
         &ops,
         &KvState::new(rec.init_rev),
         use_oracle.then_some(&truth),
-        linearizability::DEFAULT_BUDGET,
+        budget,
     );
     out.lin_time = started.elapsed();
     out.lin_stats = stats;
@@ -108,7 +114,7 @@ pub fn check_run(rec: &RunRecord) -> CheckOutcome {
         Verdict::Ok => {}
         Verdict::Violation(v) => out.violations.push(v.to_string()),
         Verdict::GaveUp { steps } => out.violations.push(format!(
-            "linearizability checker gave up after {steps} steps (inconclusive)"
+            "linearizability checker gave up after {steps} steps (inconclusive: check the saved record again with check_dump --budget and more steps)"
         )),
     }
     out
