@@ -1,6 +1,9 @@
 //! Linearizability checking of a KV history: the Wing & Gong / Lowe search
 //! (as in porcupine) over [`crate::model`], with a cache of
-//! (linearized set, state set) pairs already explored.
+//! (consumed set, state set) pairs already explored, which also prunes a
+//! configuration that differs from an explored one only in having
+//! consumed more optional operations (everything from it was possible
+//! from there: see `search`).
 //!
 //! The history becomes a list of call and return events in time order.
 //! The search walks it: at a call it tries to linearize that operation now

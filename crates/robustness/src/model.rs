@@ -83,15 +83,7 @@ impl KvState {
                 kv: self.keys.get(key).cloned(),
                 rev: self.rev,
             },
-            Request::Range { prefix } => Response::Range {
-                kvs: self
-                    .keys
-                    .range(prefix.clone()..)
-                    .take_while(|(k, _)| k.starts_with(prefix.as_str()))
-                    .map(|(_, v)| v.clone())
-                    .collect(),
-                rev: self.rev,
-            },
+            Request::Range { .. } => self.range_response(req),
             Request::Put { key, value, lease } => {
                 if *lease != 0 && !self.leases.contains_key(lease) {
                     return Response::LeaseNotFound;
@@ -157,25 +149,76 @@ impl KvState {
         }
     }
 
+    /// The response to `req` when applying it would leave the state as it
+    /// is (a read, a failed compare, a delete of nothing, a grant of a live
+    /// lease, "lease not found"), computed without a copy; `None` when
+    /// [`Self::apply`] would change the state.
+    pub fn peek(&self, req: &Request) -> Option<Response> {
+        match req {
+            Request::Get { key } => Some(Response::Get {
+                kv: self.keys.get(key).cloned(),
+                rev: self.rev,
+            }),
+            Request::Range { .. } => Some(self.range_response(req)),
+            Request::Put { lease, .. } => {
+                (*lease != 0 && !self.leases.contains_key(lease)).then_some(Response::LeaseNotFound)
+            }
+            Request::Delete { key } => (!self.keys.contains_key(key)).then_some(Response::Delete {
+                deleted: 0,
+                rev: self.rev,
+            }),
+            Request::Cas {
+                key,
+                expected_mod_rev,
+                ..
+            } => {
+                let kv = self.keys.get(key);
+                (kv.map_or(0, |k| k.mod_revision) != *expected_mod_rev).then(|| Response::Cas {
+                    succeeded: false,
+                    kv: kv.cloned(),
+                    rev: self.rev,
+                })
+            }
+            Request::LeaseGrant { id } => self
+                .leases
+                .contains_key(id)
+                .then_some(Response::LeaseGrant { rev: self.rev }),
+            Request::LeaseRevoke { id } => {
+                (!self.leases.contains_key(id)).then_some(Response::LeaseNotFound)
+            }
+        }
+    }
+
+    fn range_response(&self, req: &Request) -> Response {
+        let Request::Range { prefix } = req else {
+            unreachable!("a range")
+        };
+        Response::Range {
+            kvs: self
+                .keys
+                .range(prefix.clone()..)
+                .take_while(|(k, _)| k.starts_with(prefix.as_str()))
+                .map(|(_, v)| v.clone())
+                .collect(),
+            rev: self.rev,
+        }
+    }
+
     /// The successor states of `self` for `req` answered `resp`
     /// (`None` = unknown outcome, taking effect now), pushed into `out`.
     pub fn step(&self, req: &Request, resp: Option<&Response>, out: &mut Vec<KvState>) {
-        match resp {
-            Some(r) => {
-                let mut next = self.clone();
-                if next.apply(req) == *r {
-                    out.push(next);
-                }
+        if let Some(r) = self.peek(req) {
+            // Nothing changes (an unknown outcome that took effect here
+            // changed nothing either).
+            if resp.is_none_or(|resp| *resp == r) {
+                out.push(self.clone());
             }
-            // Linearized here, an unknown outcome took effect here (the
-            // search leaves it pending or skips it for "did not happen").
-            None => {
-                let mut next = self.clone();
-                if next.apply(req) == Response::LeaseNotFound {
-                    next = self.clone();
-                }
-                out.push(next);
-            }
+            return;
+        }
+        let mut next = self.clone();
+        let r = next.apply(req);
+        if resp.is_none_or(|resp| *resp == r) {
+            out.push(next);
         }
     }
 }
@@ -215,5 +258,65 @@ impl StateSet {
             x.hash(&mut h);
         }
         h.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn peek_answers_exactly_the_requests_that_change_nothing() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let key = |rng: &mut StdRng| format!("k{}", rng.random_range(0..4));
+        let mut st = KvState::new(1);
+        let (mut same, mut changed) = (0, 0);
+        for i in 0..5000 {
+            let req = match rng.random_range(0..7) {
+                0 => Request::Get { key: key(&mut rng) },
+                1 => Request::Range { prefix: "k".into() },
+                2 => Request::Put {
+                    key: key(&mut rng),
+                    value: format!("v{i}"),
+                    lease: rng.random_range(0..3),
+                },
+                3 => Request::Delete { key: key(&mut rng) },
+                4 => Request::Cas {
+                    key: key(&mut rng),
+                    expected_mod_rev: rng.random_range(0..=st.rev),
+                    value: format!("v{i}"),
+                },
+                5 => Request::LeaseGrant {
+                    id: rng.random_range(1..3),
+                },
+                _ => Request::LeaseRevoke {
+                    id: rng.random_range(1..3),
+                },
+            };
+            let before = st.clone();
+            let peeked = st.peek(&req);
+            let resp = st.apply(&req);
+            match peeked {
+                Some(r) => {
+                    assert_eq!(r, resp, "{req:?} from {before:?}");
+                    assert_eq!(st, before, "{req:?} changed the state");
+                    same += 1;
+                }
+                None => {
+                    assert_ne!(st, before, "{req:?} changed nothing");
+                    changed += 1;
+                }
+            }
+            // step() agrees: the answered response is accepted, another is not.
+            let mut out = Vec::new();
+            before.step(&req, Some(&resp), &mut out);
+            assert_eq!(out, vec![st.clone()]);
+            out.clear();
+            before.step(&req, Some(&Response::Put { rev: -1 }), &mut out);
+            assert!(out.is_empty());
+        }
+        assert!(same > 1000 && changed > 1000, "{same} {changed}");
     }
 }

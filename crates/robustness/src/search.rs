@@ -1,10 +1,23 @@
 //! The search engine of [`crate::linearizability`]: Wing & Gong / Lowe's
 //! algorithm (as in porcupine) over [`crate::model`] with a cache of
-//! explored (linearized set, states) configurations, optional operations
-//! for unknown outcomes, the truth oracle, and the reductions described in
-//! `linearizability`'s module doc.
+//! explored configurations, optional operations for unknown outcomes, the
+//! truth oracle, and the reductions described in `linearizability`'s
+//! module doc.
+//!
+//! A configuration is the set of consumed ops (linearized, or skipped
+//! optional ones) and the state set. The cache ([`Explored`]) holds those
+//! explored completely, keyed by a 128-bit Zobrist hash of the consumed
+//! answered ops and the state set's hash, each with the bitset of its
+//! consumed optional ops; it also prunes a configuration an explored one
+//! *subsumes* (same key, fewer optional ops consumed: see
+//! [`Explored::covers`]). Without that, an unknown delete of a key and the
+//! answered revoke of the key's lease that both explain one revision made
+//! two configurations (the delete consumed, or pending until its bound)
+//! that differ until the delete's bound, seconds later: with a few such
+//! deletes pending, enumerating a segment walked the same stretch
+//! 2^(deletes) times.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use crate::history::{Operation, Request, Response};
@@ -90,7 +103,11 @@ enum FrameKind {
 struct Frame {
     kind: FrameKind,
     call_ev: usize,
-    prev: StateSet,
+    /// The key of the configuration this step led to (recorded as
+    /// explored when the frame is popped).
+    key: Key,
+    /// The states before, when it changed them.
+    prev: Option<StateSet>,
     prev_forced: Option<i64>,
     cands: Vec<usize>,
     pos: usize,
@@ -99,7 +116,11 @@ struct Frame {
 /// The search's position: what is consumed and the possible states.
 struct Config {
     state: StateSet,
-    linearized: Vec<u64>,
+    /// Zobrist hash of the consumed answered (mandatory) ops.
+    mandatory: u128,
+    /// The consumed optional ops (linearized or skipped), a bitset over
+    /// their numbers ([`Search::opt_no`]).
+    optional: Vec<u64>,
     mandatory_left: usize,
     /// A lease-only optional op of this lease was just linearized for the
     /// op that needs it: the next op linearized must use this lease.
@@ -122,8 +143,8 @@ pub(crate) struct Search<'a> {
     truth: Option<&'a Truth>,
     claimed: &'a HashSet<i64>,
     optional: Vec<bool>,
-    /// Scan order class: answered ops that change nothing first, then other
-    /// answered ops, then optional ones.
+    /// Scan order class: answered ops that change nothing first, then
+    /// answered grants and revokes, other answered ops, optional ones.
     class: Vec<u8>,
     /// The lease an answered op uses (put with a lease, grant, revoke).
     lease_ref: Vec<Option<i64>>,
@@ -138,8 +159,92 @@ pub(crate) struct Search<'a> {
     is_call: Vec<bool>,
     /// For a call event its return event, for a return event its call event.
     pair: Vec<usize>,
-    cache: HashSet<(Vec<u64>, u64)>,
+    /// Random 128-bit tag of each answered op (Zobrist hashing of the
+    /// consumed set).
+    tag: Vec<u128>,
+    /// The number of each optional op among the optional ops.
+    opt_no: Vec<usize>,
+    /// Optional ops that can only change the state by making a revision
+    /// (put, delete, CAS): with the truth, only where the next revision is
+    /// one no answered op claims.
+    rev_only: Vec<bool>,
+    explored: Explored,
     longest: usize,
+}
+
+/// A configuration's key without its consumed optional ops: the consumed
+/// answered ops (with the lease a next op is forced to use) and the state
+/// set's hash.
+type Key = (u128, u64);
+
+/// The configurations explored completely (no way on from them, or, when
+/// enumerating, every end state from them collected), for
+/// [`Explored::covers`]: by key, each with its set of consumed optional
+/// ops, in an arena.
+struct Explored {
+    width: usize,
+    heads: HashMap<Key, u32>,
+    next: Vec<u32>,
+    bits: Vec<u64>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl Explored {
+    fn new(width: usize) -> Explored {
+        Explored {
+            width,
+            heads: HashMap::new(),
+            next: Vec::new(),
+            bits: Vec::new(),
+        }
+    }
+
+    /// Whether a configuration explored completely *subsumes* this one:
+    /// the same state set and consumed answered ops, and a subset of its
+    /// consumed optional ops. Then nothing is left to find from this one:
+    /// the ops it consumed on top were still pending there, and an
+    /// optional op can always be skipped at its return, so every way on
+    /// from here (and every end state) was a way on from there.
+    fn covers(&self, key: &Key, optional: &[u64]) -> bool {
+        let Some(&head) = self.heads.get(key) else {
+            return false;
+        };
+        let mut e = head;
+        while e != NONE {
+            let b = &self.bits[e as usize * self.width..][..self.width];
+            if b.iter().zip(optional).all(|(x, y)| x & !y == 0) {
+                return true;
+            }
+            e = self.next[e as usize];
+        }
+        false
+    }
+
+    fn insert(&mut self, key: Key, optional: &[u64]) {
+        let e = self.next.len() as u32;
+        let head = self.heads.entry(key).or_insert(NONE);
+        self.next.push(*head);
+        *head = e;
+        self.bits.extend_from_slice(optional);
+    }
+}
+
+/// A well-mixed 64-bit value of `x` (splitmix64's finaliser).
+fn mix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn tag128(x: u64) -> u128 {
+    (u128::from(mix64(x.wrapping_mul(2))) << 64) | u128::from(mix64(x.wrapping_mul(2) | 1))
+}
+
+/// The key part of the lease the next op is forced to use.
+fn forced_tag(forced: Option<i64>) -> u128 {
+    forced.map_or(0, |l| tag128((l as u64) ^ 0xf0f0_f0f0_f0f0_f0f0))
 }
 
 pub(crate) fn lease_of(req: &Request) -> Option<i64> {
@@ -168,7 +273,7 @@ impl<'a> Search<'a> {
         let class = ops
             .iter()
             .map(|o| match &o.resp {
-                None => 2,
+                None => 3,
                 Some(
                     Response::Get { .. }
                     | Response::Range { .. }
@@ -178,9 +283,20 @@ impl<'a> Search<'a> {
                         succeeded: false, ..
                     },
                 ) => 0,
-                Some(_) => 1,
+                // Grants and revokes answered at the current revision must
+                // be taken before the write that makes the next one.
+                Some(Response::LeaseGrant { .. } | Response::LeaseRevoke { .. }) => 1,
+                Some(_) => 2,
             })
             .collect();
+        let mut opt_no = vec![NIL; ops.len()];
+        let mut n_opt = 0;
+        for (i, o) in ops.iter().enumerate() {
+            if o.resp.is_none() {
+                opt_no[i] = n_opt;
+                n_opt += 1;
+            }
+        }
         let lease_ref: Vec<Option<i64>> = ops
             .iter()
             .map(|o| o.resp.as_ref().and(lease_of(&o.req)))
@@ -233,7 +349,19 @@ impl<'a> Search<'a> {
             op_of: vec![0; n],
             is_call: vec![false; n],
             pair: vec![NIL; n],
-            cache: HashSet::new(),
+            tag: (0..ops.len() as u64).map(tag128).collect(),
+            opt_no,
+            rev_only: ops
+                .iter()
+                .map(|o| {
+                    o.resp.is_none()
+                        && matches!(
+                            o.req,
+                            Request::Put { .. } | Request::Delete { .. } | Request::Cas { .. }
+                        )
+                })
+                .collect(),
+            explored: Explored::new(n_opt.div_ceil(64)),
             longest: 0,
         };
         let mut call_ev = vec![0; ops.len()];
@@ -290,10 +418,10 @@ impl<'a> Search<'a> {
         truth.state_at(new.rev).is_some_and(|s| *s == new.keys)
     }
 
-    /// The successors of `set` when op `i` is linearized now, whether a
-    /// revision was made and whether anything changed; `None` when it
-    /// cannot be linearized now.
-    fn try_step(&self, set: &StateSet, i: usize) -> Option<(StateSet, bool, bool)> {
+    /// The successors of `set` when op `i` is linearized now (`None`:
+    /// the same set, nothing changed) and whether a revision was made;
+    /// `None` when it cannot be linearized now.
+    fn try_step(&self, set: &StateSet, i: usize) -> Option<(Option<StateSet>, bool)> {
         let op = &self.ops[i];
         let optional = self.optional[i];
         if let Some(resp) = &op.resp {
@@ -301,41 +429,51 @@ impl<'a> Search<'a> {
                 return None;
             }
         }
+        // Successors: a state left as it is (no copy), or a new one.
+        let mut same = Vec::new();
         let mut out = Vec::new();
         let mut new_rev = false;
-        let mut tmp = Vec::new();
-        for (_, s) in &set.states {
-            tmp.clear();
-            s.step(&op.req, op.resp.as_ref(), &mut tmp);
-            for n in tmp.drain(..) {
-                if !self.allowed(s, &n, optional) {
-                    continue;
+        for (k, (_, s)) in set.states.iter().enumerate() {
+            if let Some(r) = s.peek(&op.req) {
+                if op.resp.as_ref().is_none_or(|resp| *resp == r) {
+                    same.push(k);
                 }
-                new_rev |= n.rev != s.rev;
-                out.push((n.hash64(), n));
+                continue;
             }
+            let mut n = s.clone();
+            let r = n.apply(&op.req);
+            if op.resp.as_ref().is_some_and(|resp| *resp != r) || !self.allowed(s, &n, optional) {
+                continue;
+            }
+            new_rev |= n.rev != s.rev;
+            out.push((n.hash64(), n));
         }
         if out.is_empty() {
-            return None;
+            // An optional op that changes nothing is no better than
+            // leaving it pending (and skipping it at its return).
+            if optional {
+                return None;
+            }
+            return match same.len() {
+                0 => None,
+                n if n == set.states.len() => Some((None, false)),
+                _ => Some((
+                    Some(StateSet {
+                        states: same.iter().map(|&k| set.states[k].clone()).collect(),
+                    }),
+                    false,
+                )),
+            };
         }
+        out.extend(same.iter().map(|&k| set.states[k].clone()));
         out.sort_by_key(|(h, _)| *h);
         out.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-        let changed = out.len() != set.states.len()
-            || out
-                .iter()
-                .zip(&set.states)
-                .any(|(a, b)| a.0 != b.0 || a.1 != b.1);
-        // An optional op that changes nothing is no better than leaving it
-        // pending (and skipping it at its return).
-        if optional && !changed {
-            return None;
-        }
-        Some((StateSet { states: out }, new_rev, changed))
+        Some((Some(StateSet { states: out }), new_rev))
     }
 
     /// The candidates of the current configuration (calls before the first
-    /// pending return), in scan order, and that return event.
-    fn candidates(&self, forced: Option<i64>) -> (Vec<usize>, usize) {
+    /// pending return), in scan order.
+    fn candidates(&self, forced: Option<i64>) -> Vec<usize> {
         let mut cands = Vec::new();
         let mut e = self.next[0];
         while e != NIL && self.is_call[e] {
@@ -346,7 +484,16 @@ impl<'a> Search<'a> {
             e = self.next[e];
         }
         cands.sort_by_key(|&e| self.class[self.op_of[e]]);
-        (cands, e)
+        cands
+    }
+
+    /// The first pending return event (`NIL`: none).
+    fn first_return(&self) -> usize {
+        let mut e = self.next[0];
+        while e != NIL && self.is_call[e] {
+            e = self.next[e];
+        }
+        e
     }
 
     /// Whether an answered op using lease `l` is among the candidates.
@@ -370,9 +517,26 @@ impl<'a> Search<'a> {
         })
     }
 
-    fn key(linearized: &[u64], state: &StateSet, forced: Option<i64>) -> (Vec<u64>, u64) {
-        let f = forced.map_or(0, |l| (l as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        (linearized.to_vec(), state.hash64() ^ f)
+    /// Marks op `i` consumed in `c` (or, again, not consumed).
+    fn toggle(&self, c: &mut Config, i: usize) {
+        if self.optional[i] {
+            let n = self.opt_no[i];
+            c.optional[n / 64] ^= 1 << (n % 64);
+        } else {
+            c.mandatory ^= self.tag[i];
+        }
+    }
+
+    /// With the truth, whether optional op `i` cannot be linearized in
+    /// `set` because it could only make a revision an answered op claims
+    /// ([`Self::try_step`] would refuse it: checked without a step).
+    fn claimed_next(&self, set: &StateSet, i: usize) -> bool {
+        self.truth.is_some()
+            && self.rev_only[i]
+            && set
+                .states
+                .iter()
+                .all(|(_, s)| self.claimed.contains(&(s.rev + 1)))
     }
 
     /// Moves to the configuration with the op of `call_ev` consumed and
@@ -383,21 +547,26 @@ impl<'a> Search<'a> {
         c: &mut Config,
         kind: FrameKind,
         call_ev: usize,
-        ns: StateSet,
+        ns: Option<StateSet>,
         forced: Option<i64>,
         cands: &[usize],
         pos: usize,
     ) -> bool {
         let i = self.op_of[call_ev];
-        c.linearized[i / 64] |= 1 << (i % 64);
-        if !self.cache.insert(Self::key(&c.linearized, &ns, forced)) {
-            c.linearized[i / 64] &= !(1 << (i % 64));
+        self.toggle(c, i);
+        let key = (
+            c.mandatory ^ forced_tag(forced),
+            ns.as_ref().unwrap_or(&c.state).hash64(),
+        );
+        if self.explored.covers(&key, &c.optional) {
+            self.toggle(c, i);
             return false;
         }
         c.frames.push(Frame {
             kind,
             call_ev,
-            prev: std::mem::replace(&mut c.state, ns),
+            key,
+            prev: ns.map(|ns| std::mem::replace(&mut c.state, ns)),
             prev_forced: std::mem::replace(&mut c.forced, forced),
             cands: if kind == FrameKind::Choice {
                 cands.to_vec()
@@ -421,10 +590,14 @@ impl<'a> Search<'a> {
             let Some(f) = c.frames.pop() else {
                 return Resume::Exhausted;
             };
+            // Everything from the configuration it led to is explored.
+            self.explored.insert(f.key, &c.optional);
             let i = self.op_of[f.call_ev];
-            c.state = f.prev;
+            if let Some(prev) = f.prev {
+                c.state = prev;
+            }
             c.forced = f.prev_forced;
-            c.linearized[i / 64] &= !(1 << (i % 64));
+            self.toggle(c, i);
             if !self.optional[i] {
                 c.mandatory_left += 1;
             }
@@ -435,8 +608,7 @@ impl<'a> Search<'a> {
                 FrameKind::Forced | FrameKind::Skip => continue,
                 FrameKind::AtRet => {
                     // Not there: then it did not happen.
-                    let st = c.state.clone();
-                    if self.push(c, FrameKind::Skip, f.call_ev, st, None, &[], 0) {
+                    if self.push(c, FrameKind::Skip, f.call_ev, None, None, &[], 0) {
                         return Resume::Fresh;
                     }
                 }
@@ -447,7 +619,8 @@ impl<'a> Search<'a> {
     pub(crate) fn run(&mut self, start: &StateSet, mode: Mode, budget: &mut Budget) -> Outcome {
         let mut c = Config {
             state: start.clone(),
-            linearized: vec![0u64; self.ops.len().div_ceil(64)],
+            mandatory: 0,
+            optional: vec![0u64; self.explored.width],
             mandatory_left: self.optional.iter().filter(|o| !**o).count(),
             forced: None,
             frames: Vec::new(),
@@ -474,19 +647,24 @@ impl<'a> Search<'a> {
                     Resume::Exhausted => break 'fresh,
                 }
             } else {
-                (self.candidates(c.forced).0, 0)
+                (self.candidates(c.forced), 0)
             };
             loop {
                 // The candidates of this configuration, from `pos`.
                 let mut dead = false;
                 while pos < cands.len() {
+                    let e = cands[pos];
+                    let i = self.op_of[e];
+                    if self.claimed_next(&c.state, i) {
+                        pos += 1;
+                        continue;
+                    }
                     if !budget.tick() {
                         return Outcome::OverBudget;
                     }
-                    let e = cands[pos];
-                    let i = self.op_of[e];
-                    if let Some((ns, new_rev, changed)) = self.try_step(&c.state, i) {
-                        if ns.states.len() > MAX_STATES {
+                    if let Some((ns, new_rev)) = self.try_step(&c.state, i) {
+                        let changed = ns.is_some();
+                        if ns.as_ref().is_some_and(|ns| ns.states.len() > MAX_STATES) {
                             return Outcome::OverBudget;
                         }
                         let mut kind = FrameKind::Choice;
@@ -522,7 +700,7 @@ impl<'a> Search<'a> {
                     pos += 1;
                 }
                 // Every candidate tried: the first pending return event.
-                let (_, ret_ev) = self.candidates(c.forced);
+                let ret_ev = self.first_return();
                 if !dead && ret_ev != NIL && c.forced.is_none() && self.optional[self.op_of[ret_ev]]
                 {
                     let i = self.op_of[ret_ev];
@@ -531,9 +709,9 @@ impl<'a> Search<'a> {
                     // step here is never needed: every op using the lease was
                     // called before this bound, and it was tried right before
                     // each of them.)
-                    if let Some((ns, new_rev, _)) = self.try_step(&c.state, i) {
+                    if let Some((ns, new_rev)) = self.try_step(&c.state, i) {
                         if self.free_lease[i].is_none() || new_rev {
-                            if ns.states.len() > MAX_STATES {
+                            if ns.as_ref().is_some_and(|ns| ns.states.len() > MAX_STATES) {
                                 return Outcome::OverBudget;
                             }
                             if self.push(&mut c, FrameKind::AtRet, call_ev, ns, None, &[], 0) {
@@ -541,8 +719,7 @@ impl<'a> Search<'a> {
                             }
                         }
                     }
-                    let st = c.state.clone();
-                    if self.push(&mut c, FrameKind::Skip, call_ev, st, None, &[], 0) {
+                    if self.push(&mut c, FrameKind::Skip, call_ev, None, None, &[], 0) {
                         continue 'fresh;
                     }
                 }
@@ -563,5 +740,53 @@ impl<'a> Search<'a> {
         } else {
             Outcome::Ok(StateSet { states: ends })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explored_covers_only_configurations_with_at_least_its_optional_ops_consumed() {
+        let mut x = Explored::new(2);
+        let (k1, k2) = ((1u128, 7u64), (2u128, 7u64));
+        // Explored: optional ops 3 and 70 consumed (70 in the second word).
+        x.insert(k1, &[1 << 3, 1 << 6]);
+        assert!(x.covers(&k1, &[1 << 3, 1 << 6]), "the same configuration");
+        assert!(
+            x.covers(&k1, &[(1 << 3) | (1 << 5), (1 << 6) | 1]),
+            "more consumed: every way on from here was one from there"
+        );
+        assert!(
+            !x.covers(&k1, &[1 << 3, 0]),
+            "op 70 still pending here: a way on (op 70 taking effect) not tried there"
+        );
+        assert!(!x.covers(&k1, &[0, 0]));
+        assert!(
+            !x.covers(&k2, &[1 << 3, 1 << 6]),
+            "other answered ops or states"
+        );
+        // A second configuration with the same key.
+        x.insert(k1, &[0, 1]);
+        assert!(x.covers(&k1, &[0, 1]));
+        assert!(x.covers(&k1, &[1 << 3, 1]));
+        assert!(!x.covers(&k1, &[1 << 3, 0]));
+        // No optional ops: the key alone.
+        let mut y = Explored::new(0);
+        y.insert(k2, &[]);
+        assert!(y.covers(&k2, &[]));
+        assert!(!y.covers(&k1, &[]));
+    }
+
+    #[test]
+    fn consumed_sets_hash_by_op_and_forced_lease() {
+        // Distinct tags (no two ops cancel out), order-free updates.
+        let tags: HashSet<u128> = (0..100_000u64).map(tag128).collect();
+        assert_eq!(tags.len(), 100_000);
+        assert_eq!(tag128(3) ^ tag128(5), tag128(5) ^ tag128(3));
+        assert_eq!(forced_tag(None), 0);
+        assert_ne!(forced_tag(Some(7)), forced_tag(Some(8)));
+        assert!(!tags.contains(&forced_tag(Some(1))));
     }
 }
