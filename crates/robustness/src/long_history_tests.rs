@@ -25,6 +25,25 @@ struct Sim {
     watch: WatchRecord,
 }
 
+impl Sim {
+    /// The run of `ops` (put in call order) and its watch history.
+    fn new(
+        mut ops: Vec<Operation>,
+        events: BTreeMap<i64, Vec<WatchEvent>>,
+        items: Vec<WatchItem>,
+    ) -> Sim {
+        ops.sort_by_key(|o| o.call);
+        Sim {
+            history: History {
+                ops,
+                ..Default::default()
+            },
+            events,
+            watch: crate::checker_tests::rec(items),
+        }
+    }
+}
+
 struct Planned {
     client: usize,
     req: Request,
@@ -160,7 +179,7 @@ fn simulate_with_pauses(
             events.insert(st.rev, evs);
         }
     }
-    let mut ops: Vec<Operation> = plan
+    let ops: Vec<Operation> = plan
         .iter()
         .zip(resp)
         .map(|(p, r)| Operation {
@@ -171,15 +190,7 @@ fn simulate_with_pauses(
             resp: r,
         })
         .collect();
-    ops.sort_by_key(|o| o.call);
-    Sim {
-        history: History {
-            ops,
-            ..Default::default()
-        },
-        events,
-        watch: crate::checker_tests::rec(items),
-    }
+    Sim::new(ops, events, items)
 }
 
 /// The watch events of the revision that turned `before` into `after`.
@@ -329,36 +340,54 @@ fn test_violation_in_a_late_segment_is_found_by_the_search_with_its_minimal_pref
     let (v, stats, _) = check_sim(&sim, true);
     assert!(matches!(v, Verdict::Ok), "{v:?} {stats:?}");
     assert!(stats.segments >= 4, "{stats:?}");
-    let j = (n * 4 / 5..n)
+    // (in the last round) Its value is in the watch history: no longer
+    // written by anyone; the truth keeps the revision, which now nothing
+    // can make.
+    let bad = plant_lease_not_found(&mut sim, n * 4 / 5..n);
+    let start = Instant::now();
+    let (v, stats, _) = check_sim(&sim, true);
+    let v = search_culprit(v, &stats, &bad);
+    // The earlier rounds (segments that passed) are in the prefix.
+    assert!(v.prefix.len() > n / 2, "{v}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// Answers the first answered lease put `at` yields "lease not found"
+/// (no order of the history explains it) and returns it as planted.
+fn plant_lease_not_found(sim: &mut Sim, mut at: impl Iterator<Item = usize>) -> Operation {
+    let j = at
         .find(|&j| {
             matches!(
                 (&sim.history.ops[j].req, &sim.history.ops[j].resp),
                 (Request::Put { lease, .. }, Some(Response::Put { .. })) if *lease != 0
             )
         })
-        .expect("a lease put in the last round");
+        .expect("a lease put");
     sim.history.ops[j].resp = Some(Response::LeaseNotFound);
-    // Its value is in the watch history: no longer written by anyone; the
-    // truth keeps the revision, which now nothing can make.
-    let bad = sim.history.ops[j].clone();
-    let start = Instant::now();
-    let (v, stats, _) = check_sim(&sim, true);
+    sim.history.ops[j].clone()
+}
+
+/// The violation the search (not the direct check) found, with `bad` as
+/// its culprit and a minimal prefix that ends by `bad`'s return.
+fn search_culprit(
+    v: Verdict,
+    stats: &crate::linearizability::CheckStats,
+    bad: &Operation,
+) -> Box<crate::linearizability::Violation> {
     match v {
         Verdict::Violation(v) => {
             assert!(!stats.direct, "{stats:?}");
             assert_eq!(v.culprit.call, bad.call, "{v}");
             let end = bad.ret.unwrap();
             assert!(v.prefix.iter().all(|o| o.call <= end), "{v}");
-            // The earlier rounds (segments that passed) are in the prefix.
-            assert!(v.prefix.len() > n / 2, "{v}");
+            v
         }
         other => panic!("expected a violation, got {other:?} ({stats:?})"),
     }
-    assert!(
-        start.elapsed() < Duration::from_secs(30),
-        "{:?}",
-        start.elapsed()
-    );
 }
 
 /// The shape that made long kill-scenario histories slow (see
@@ -430,15 +459,7 @@ fn revoke_or_delete_sim(keys: usize, rounds: usize) -> Sim {
         &mut st,
     );
     ops.extend(unknown);
-    ops.sort_by_key(|o| o.call);
-    Sim {
-        history: History {
-            ops,
-            ..Default::default()
-        },
-        events,
-        watch: crate::checker_tests::rec(items),
-    }
+    Sim::new(ops, events, items)
 }
 
 fn check_sim_with_budget(
@@ -492,29 +513,11 @@ fn test_violation_after_many_revoke_or_delete_revisions_is_found_quickly() {
     let (keys, rounds) = (8, 5);
     let mut sim = revoke_or_delete_sim(keys, rounds);
     let n = sim.history.ops.len();
-    let j = (0..n)
-        .rev()
-        .find(|&j| {
-            matches!(
-                (&sim.history.ops[j].req, &sim.history.ops[j].resp),
-                (Request::Put { lease, .. }, Some(Response::Put { .. })) if *lease != 0
-            )
-        })
-        .expect("a lease put");
-    sim.history.ops[j].resp = Some(Response::LeaseNotFound);
-    let bad = sim.history.ops[j].clone();
+    let bad = plant_lease_not_found(&mut sim, (0..n).rev());
     let budget = 20 * n as u64;
     let (v, stats) = check_sim_with_budget(&sim, keys, budget);
-    match v {
-        Verdict::Violation(v) => {
-            assert!(!stats.direct, "{stats:?}");
-            assert_eq!(v.culprit.call, bad.call, "{v}");
-            assert_eq!(v.culprit.resp, bad.resp, "{v}");
-            let end = bad.ret.unwrap();
-            assert!(v.prefix.iter().all(|o| o.call <= end), "{v}");
-        }
-        other => panic!("expected a violation, got {other:?} ({stats:?})"),
-    }
+    let v = search_culprit(v, &stats, &bad);
+    assert_eq!(v.culprit.resp, bad.resp, "{v}");
     assert!(stats.steps < budget, "{stats:?}");
 }
 
