@@ -7,7 +7,8 @@
 //! drops it while there is no leader, or before the leader has committed
 //! an entry of its term) and given up after [`READ_INDEX_GIVE_UP`].
 //!
-//! A ReadIndex's context must never have been used before by any member:
+//! A ReadIndex's context must never have been used before by any member,
+//! and a ReadIndex sent again gets a new one:
 //! raft's leader keys pending reads by their context alone, counts every
 //! heartbeat response echoing it as an acknowledgement, and a leader
 //! sends the context of its newest pending read (its own or one a
@@ -16,6 +17,10 @@
 //! with responses its followers sent before the pause, and answers from
 //! its stale state. So the context is this member's id followed by a
 //! counter seeded from the clock (etcd uses its request id generator).
+//! raft's leader also releases, with a confirmed read, every read queued
+//! before it: a retry re-sending an answered context would be queued
+//! behind newer reads, and a late response to the context's first
+//! heartbeat would confirm them (robustness `pause_leader`, seed 104).
 
 use crate::error::ServerError;
 use raft::{RawNode, ReadState, Storage};
@@ -115,14 +120,25 @@ impl Reads {
     pub(super) fn retry<S: Storage>(&mut self, raw: &mut RawNode<S>) -> (u64, u64) {
         let now = Instant::now();
         let mut give_up = Vec::new();
-        let mut again = 0;
-        for (ctx, r) in self.inflight.iter_mut() {
+        let mut resend = Vec::new();
+        for (ctx, r) in self.inflight.iter() {
             if now.duration_since(r.first_sent) >= READ_INDEX_GIVE_UP {
                 give_up.push(*ctx);
             } else if now.duration_since(r.last_sent) >= READ_INDEX_RETRY {
+                resend.push(*ctx);
+            }
+        }
+        // Sent again under a new context: the leader may have answered the
+        // old one already (the answer lost), and heartbeat responses that
+        // echo it may still be on their way; with the old context re-added
+        // behind newer reads, one such response would confirm them too.
+        let again = resend.len() as u64;
+        for old in resend {
+            if let Some(mut r) = self.inflight.remove(&old) {
                 r.last_sent = now;
-                again += 1;
-                raw.read_index(Self::context(self.member, *ctx));
+                self.next_ctx += 1;
+                raw.read_index(Self::context(self.member, self.next_ctx));
+                self.inflight.insert(self.next_ctx, r);
             }
         }
         for ctx in &give_up {
@@ -223,6 +239,73 @@ mod tests {
         assert_eq!(a.counter(&Reads::context(1, 5)), Some(5));
         assert_eq!(a.counter(&Reads::context(2, 5)), None);
         assert_eq!(a.counter(&5u64.to_be_bytes()), None);
+    }
+
+    /// The pause_leader robustness failure (seed 104), in memory. Member
+    /// 2's read is confirmed by the leader with member 3's heartbeat
+    /// response; member 2's own response is late and the answer to member 2
+    /// is lost. The leader is cut off and reads; member 2 sends its ReadIndex
+    /// again. The late response must not confirm the leader's read (with
+    /// the context re-sent, raft queued it behind the leader's read, and
+    /// the late response released both: a deposed leader answered from
+    /// its stale state).
+    #[test]
+    fn test_a_late_response_to_a_retried_read_confirms_no_newer_read() {
+        let mut nodes = vec![node(1), node(2), node(3)];
+        let mut reads = vec![Reads::new(1), Reads::new(2), Reads::new(3)];
+        nodes[0].campaign().expect("campaign");
+        pump(&mut nodes, &mut reads, Vec::new(), |_| false);
+        assert_eq!(nodes[0].raft.state, raft::StateRole::Leader);
+
+        let mut follower_read = reader(&mut reads[1]);
+        reads[1].issue(&mut nodes[1]);
+        let mut responses = pump(
+            &mut nodes,
+            &mut reads,
+            Vec::new(),
+            is(MessageType::MsgHeartbeatResponse),
+        );
+        assert_eq!(responses.len(), 2);
+        let late = responses.remove(responses.iter().position(|m| m.from == 2).unwrap());
+        // Member 3's response confirms it; the answer to member 2 is lost.
+        let lost = pump(
+            &mut nodes,
+            &mut reads,
+            responses,
+            is(MessageType::MsgReadIndexResp),
+        );
+        assert_eq!(lost.len(), 1);
+        assert!(matches!(follower_read.try_recv(), Err(TryRecvError::Empty)));
+
+        // Cut off, the leader reads; member 2 sends its ReadIndex again.
+        let mut leader_read = reader(&mut reads[0]);
+        reads[0].issue(&mut nodes[0]);
+        pump(
+            &mut nodes,
+            &mut reads,
+            Vec::new(),
+            is(MessageType::MsgHeartbeat),
+        );
+        for r in reads[1].inflight.values_mut() {
+            r.last_sent -= READ_INDEX_RETRY;
+        }
+        assert_eq!(reads[1].retry(&mut nodes[1]), (0, 1));
+        pump(
+            &mut nodes,
+            &mut reads,
+            Vec::new(),
+            is(MessageType::MsgHeartbeat),
+        );
+
+        // Member 2's late response arrives: it confirms nothing new.
+        pump(
+            &mut nodes,
+            &mut reads,
+            vec![late],
+            is(MessageType::MsgHeartbeat),
+        );
+        assert!(matches!(leader_read.try_recv(), Err(TryRecvError::Empty)));
+        assert!(matches!(follower_read.try_recv(), Err(TryRecvError::Empty)));
     }
 
     /// The pause_leader robustness failure (seed 2016), in memory: a
