@@ -222,6 +222,16 @@ mod tests {
         panic!("the cluster did not settle");
     }
 
+    /// Members 1–3 in memory with their reads, member 1 elected leader.
+    fn led_by_1() -> (Vec<RawNode<MemStorage>>, Vec<Reads>) {
+        let mut nodes = vec![node(1), node(2), node(3)];
+        let mut reads = vec![Reads::new(1), Reads::new(2), Reads::new(3)];
+        nodes[0].campaign().expect("campaign");
+        pump(&mut nodes, &mut reads, Vec::new(), |_| false);
+        assert_eq!(nodes[0].raft.state, raft::StateRole::Leader);
+        (nodes, reads)
+    }
+
     fn reader(reads: &mut Reads) -> oneshot::Receiver<Result<(), ServerError>> {
         let (tx, rx) = oneshot::channel();
         reads.push(tx);
@@ -251,11 +261,7 @@ mod tests {
     /// its stale state).
     #[test]
     fn test_a_late_response_to_a_retried_read_confirms_no_newer_read() {
-        let mut nodes = vec![node(1), node(2), node(3)];
-        let mut reads = vec![Reads::new(1), Reads::new(2), Reads::new(3)];
-        nodes[0].campaign().expect("campaign");
-        pump(&mut nodes, &mut reads, Vec::new(), |_| false);
-        assert_eq!(nodes[0].raft.state, raft::StateRole::Leader);
+        let (mut nodes, mut reads) = led_by_1();
 
         let mut follower_read = reader(&mut reads[1]);
         reads[1].issue(&mut nodes[1]);
@@ -317,11 +323,7 @@ mod tests {
     /// state).
     #[test]
     fn test_old_heartbeat_responses_do_not_confirm_a_new_read() {
-        let mut nodes = vec![node(1), node(2), node(3)];
-        let mut reads = vec![Reads::new(1), Reads::new(2), Reads::new(3)];
-        nodes[0].campaign().expect("campaign");
-        pump(&mut nodes, &mut reads, Vec::new(), |_| false);
-        assert_eq!(nodes[0].raft.state, raft::StateRole::Leader);
+        let (mut nodes, mut reads) = led_by_1();
         assert!(nodes[0].raft.commit_to_current_term());
 
         // Member 2 reads: its ReadIndex goes to the leader, whose
