@@ -78,74 +78,49 @@ impl KvState {
 
     /// Applies `req` and returns the response etcd gives for it.
     pub fn apply(&mut self, req: &Request) -> Response {
+        if let Some(r) = self.peek(req) {
+            return r;
+        }
+        // What is left changes the state (`peek` answers the rest).
         match req {
-            Request::Get { key } => Response::Get {
-                kv: self.keys.get(key).cloned(),
-                rev: self.rev,
-            },
-            Request::Range { .. } => self.range_response(req),
+            Request::Get { .. } | Request::Range { .. } => unreachable!("peek answers reads"),
             Request::Put { key, value, lease } => {
-                if *lease != 0 && !self.leases.contains_key(lease) {
-                    return Response::LeaseNotFound;
-                }
                 self.put(key, value, *lease);
                 Response::Put { rev: self.rev }
             }
             Request::Delete { key } => {
-                if self.keys.contains_key(key) {
-                    self.rev += 1;
-                    self.detach(key);
-                    self.keys.remove(key);
-                    Response::Delete {
-                        deleted: 1,
-                        rev: self.rev,
-                    }
-                } else {
-                    Response::Delete {
-                        deleted: 0,
-                        rev: self.rev,
-                    }
+                self.rev += 1;
+                self.detach(key);
+                self.keys.remove(key);
+                Response::Delete {
+                    deleted: 1,
+                    rev: self.rev,
                 }
             }
-            Request::Cas {
-                key,
-                expected_mod_rev,
-                value,
-            } => {
-                let cur = self.keys.get(key).map(|k| k.mod_revision).unwrap_or(0);
-                if cur == *expected_mod_rev {
-                    self.put(key, value, 0);
-                    Response::Cas {
-                        succeeded: true,
-                        kv: None,
-                        rev: self.rev,
-                    }
-                } else {
-                    Response::Cas {
-                        succeeded: false,
-                        kv: self.keys.get(key).cloned(),
-                        rev: self.rev,
-                    }
+            Request::Cas { key, value, .. } => {
+                self.put(key, value, 0);
+                Response::Cas {
+                    succeeded: true,
+                    kv: None,
+                    rev: self.rev,
                 }
             }
             Request::LeaseGrant { id } => {
                 self.leases.entry(*id).or_default();
                 Response::LeaseGrant { rev: self.rev }
             }
-            Request::LeaseRevoke { id } => match self.leases.remove(id) {
-                None => Response::LeaseNotFound,
-                Some(keys) => {
-                    let live: Vec<&String> =
-                        keys.iter().filter(|k| self.keys.contains_key(*k)).collect();
-                    if !live.is_empty() {
-                        self.rev += 1;
-                        for k in live {
-                            self.keys.remove(k);
-                        }
+            Request::LeaseRevoke { id } => {
+                let keys = self.leases.remove(id).unwrap_or_default();
+                let live: Vec<&String> =
+                    keys.iter().filter(|k| self.keys.contains_key(*k)).collect();
+                if !live.is_empty() {
+                    self.rev += 1;
+                    for k in live {
+                        self.keys.remove(k);
                     }
-                    Response::LeaseRevoke { rev: self.rev }
                 }
-            },
+                Response::LeaseRevoke { rev: self.rev }
+            }
         }
     }
 

@@ -95,14 +95,19 @@ impl Reads {
         self.pending.push(reader);
     }
 
+    /// Sends a ReadIndex under a context never used before; its counter.
+    fn send_new<S: Storage>(&mut self, raw: &mut RawNode<S>) -> u64 {
+        self.next_ctx += 1;
+        raw.read_index(Self::context(self.member, self.next_ctx));
+        self.next_ctx
+    }
+
     /// Issues one ReadIndex for every pending read, unless one is in flight.
     pub(super) fn issue<S: Storage>(&mut self, raw: &mut RawNode<S>) {
         if self.pending.is_empty() || !self.inflight.is_empty() {
             return;
         }
-        self.next_ctx += 1;
-        let ctx = self.next_ctx;
-        raw.read_index(Self::context(self.member, ctx));
+        let ctx = self.send_new(raw);
         let now = Instant::now();
         self.inflight.insert(
             ctx,
@@ -136,9 +141,8 @@ impl Reads {
         for old in resend {
             if let Some(mut r) = self.inflight.remove(&old) {
                 r.last_sent = now;
-                self.next_ctx += 1;
-                raw.read_index(Self::context(self.member, self.next_ctx));
-                self.inflight.insert(self.next_ctx, r);
+                let ctx = self.send_new(raw);
+                self.inflight.insert(ctx, r);
             }
         }
         for ctx in &give_up {
