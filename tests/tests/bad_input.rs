@@ -113,6 +113,31 @@ async fn bad_requests_get_clear_errors_and_the_member_keeps_serving() {
                 )
             );
             kv.txn(nested(32)).await.expect("32 levels are taken");
+            // sort options the enums lack (etcd 3.4 and 3.5 die on some;
+            // 3.6 answers this), unary and in a Txn
+            let bad_sort = (
+                Code::InvalidArgument,
+                "etcdserver: invalid sort option".to_string(),
+            );
+            for (order, target) in [(0, 99), (1, 99), (7, 0), (-1, 1)] {
+                let range = RangeRequest {
+                    key: b"k".to_vec(),
+                    sort_order: order,
+                    sort_target: target,
+                    ..Default::default()
+                };
+                let r = kv.range(range.clone()).await;
+                assert_eq!(err(r), bad_sort, "order {order} target {target}");
+                let r = kv
+                    .txn(TxnRequest {
+                        success: vec![RequestOp {
+                            request: Some(request_op::Request::RequestRange(range)),
+                        }],
+                        ..Default::default()
+                    })
+                    .await;
+                assert_eq!(err(r), bad_sort, "in a txn: order {order} target {target}");
+            }
             // a password bcrypt cannot take whole is refused, not cut
             let r = AuthClient::new(ch.clone())
                 .user_add(AuthUserAddRequest {

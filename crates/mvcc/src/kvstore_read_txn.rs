@@ -8,7 +8,7 @@ use retcd_api::etcdserverpb::{
 };
 
 use crate::kvstore::KvStore;
-use crate::kvstore_txn::compare_holds;
+use crate::kvstore_txn::{compare_holds, compare_range, TxnPath};
 use crate::range;
 use crate::MvccError;
 
@@ -55,7 +55,13 @@ impl KvStore {
             };
             range::fetch(&rows, r, plan, max)
         };
-        let resp = eval(req, &range)?;
+        // as etcd: the branches are chosen, then the ranges on that path
+        // checked, before any of it is read
+        let path = TxnPath::of(req, &|c| {
+            Ok(compare_holds(c, &range(&compare_range(c))?.kvs))
+        })?;
+        check_ranges(req, &path, p.rev, p.compact_rev)?;
+        let resp = eval(req, &path, &range)?;
         Ok(TxnResponse {
             header: Some(ResponseHeader {
                 revision: p.rev,
@@ -66,35 +72,46 @@ impl KvStore {
     }
 }
 
-fn eval(
+/// [`range::check_txn_range`] for every range on `path`.
+fn check_ranges(
     req: &TxnRequest,
-    range: &dyn Fn(&RangeRequest) -> Result<RangeResponse, MvccError>,
-) -> Result<TxnResponse, MvccError> {
-    let mut succeeded = true;
-    for c in &req.compare {
-        let rr = range(&RangeRequest {
-            key: c.key.clone(),
-            range_end: c.range_end.clone(),
-            ..Default::default()
-        })?;
-        if !compare_holds(c, &rr.kvs) {
-            succeeded = false;
-            break;
+    path: &TxnPath,
+    cur_rev: i64,
+    compact_rev: i64,
+) -> Result<(), MvccError> {
+    let mut nested = path.nested.iter();
+    for o in path.ops(req) {
+        match &o.request {
+            Some(request_op::Request::RequestRange(r)) => {
+                range::check_txn_range(r, cur_rev, compact_rev)?
+            }
+            Some(request_op::Request::RequestTxn(t)) => check_ranges(
+                t,
+                nested.next().expect("a path per nested txn"),
+                cur_rev,
+                compact_rev,
+            )?,
+            _ => {}
         }
     }
-    let ops = if succeeded {
-        &req.success
-    } else {
-        &req.failure
-    };
-    let mut responses = Vec::with_capacity(ops.len());
-    for o in ops {
+    Ok(())
+}
+
+/// Runs the ops on `path`.
+fn eval(
+    req: &TxnRequest,
+    path: &TxnPath,
+    range: &dyn Fn(&RangeRequest) -> Result<RangeResponse, MvccError>,
+) -> Result<TxnResponse, MvccError> {
+    let mut nested = path.nested.iter();
+    let mut responses = Vec::with_capacity(path.ops(req).len());
+    for o in path.ops(req) {
         let response = match &o.request {
             Some(request_op::Request::RequestRange(r)) => {
                 Some(response_op::Response::ResponseRange(range(r)?))
             }
             Some(request_op::Request::RequestTxn(t)) => {
-                let r = eval(t, range)?;
+                let r = eval(t, nested.next().expect("a path per nested txn"), range)?;
                 Some(response_op::Response::ResponseTxn(TxnResponse {
                     header: Some(ResponseHeader::default()),
                     ..r
@@ -107,7 +124,7 @@ fn eval(
     }
     Ok(TxnResponse {
         header: None,
-        succeeded,
+        succeeded: path.succeeded,
         responses,
     })
 }

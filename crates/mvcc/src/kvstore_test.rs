@@ -1215,6 +1215,118 @@ fn test_read_txn_matches_batch_txn() {
     assert_eq!(t.store.read_txn(&txn), Err(MvccError::FutureRev));
 }
 
+/// A Range in a Txn's chosen branch is checked before the txn runs, as
+/// etcd's `checkRequestRange`: unlike a unary Range, a negative revision
+/// is compacted once below the compaction (-1 reads the current revision
+/// only while nothing was compacted). The read-only path and a write batch
+/// answer alike, nested txns included.
+#[test]
+fn test_txn_range_revision_checked_as_etcd() {
+    let t = new_store();
+    let txn_at = |rev: i64, nested: bool| {
+        let mut r = rng("foo", "");
+        r.revision = rev;
+        let mut op = RequestOp {
+            request: Some(request_op::Request::RequestRange(r)),
+        };
+        if nested {
+            op = RequestOp {
+                request: Some(request_op::Request::RequestTxn(TxnRequest {
+                    success: vec![op],
+                    ..Default::default()
+                })),
+            };
+        }
+        TxnRequest {
+            success: vec![op_range("foo", ""), op],
+            ..Default::default()
+        }
+    };
+    let check = |cases: &[(i64, Result<(), MvccError>)]| {
+        for nested in [false, true] {
+            for (rev, want) in cases {
+                let txn = txn_at(*rev, nested);
+                let read = t.store.read_txn(&txn).map(|_| ());
+                assert_eq!(&read, want, "read-only, revision {rev}, nested {nested}");
+                let mut b = t.store.begin_batch().unwrap();
+                let applied = b.txn(&txn, &NoLeases).map(|_| ());
+                drop(b);
+                assert_eq!(
+                    &applied, want,
+                    "in a batch, revision {rev}, nested {nested}"
+                );
+            }
+        }
+    };
+    put3(&t.store);
+    // never compacted: the compaction revision is -1
+    check(&[
+        (-2, Err(MvccError::Compacted)),
+        (-1, Ok(())),
+        (0, Ok(())),
+        (1, Ok(())),
+        (4, Ok(())),
+        (5, Err(MvccError::FutureRev)),
+    ]);
+    compact(&t.store, 3).unwrap();
+    check(&[
+        (i64::MIN, Err(MvccError::Compacted)),
+        (-1, Err(MvccError::Compacted)),
+        (0, Ok(())),
+        (2, Err(MvccError::Compacted)),
+        (3, Ok(())),
+        (4, Ok(())),
+        (5, Err(MvccError::FutureRev)),
+    ]);
+    // a unary Range still reads the current revision at -1
+    let mut r = rng("foo", "");
+    r.revision = -1;
+    assert_eq!(t.store.range(&r).unwrap().header.unwrap().revision, 4);
+}
+
+/// With no sort order, a target other than KEY sorts ascending by it, as
+/// etcd does: such a Range is not a plain one (the stored rows' order).
+#[test]
+fn test_unordered_range_by_another_target_is_sorted() {
+    let t = new_store();
+    put(&t.store, "k2", "a");
+    put(&t.store, "k1", "b");
+    for target in [
+        SortTarget::Create,
+        SortTarget::Mod,
+        SortTarget::Version,
+        SortTarget::Value,
+    ] {
+        let req = RangeRequest {
+            sort_target: target as i32,
+            sort_order: SortOrder::None as i32,
+            ..rng("k", "l")
+        };
+        assert!(!crate::is_plain_range(&req), "{target:?}");
+        let keys: Vec<_> = t
+            .store
+            .range(&req)
+            .unwrap()
+            .kvs
+            .into_iter()
+            .map(|kv| kv.key)
+            .collect();
+        let want: Vec<Vec<u8>> = match target {
+            // equal versions: stable, key order
+            SortTarget::Version => vec![b"k1".to_vec(), b"k2".to_vec()],
+            _ => vec![b"k2".to_vec(), b"k1".to_vec()],
+        };
+        assert_eq!(keys, want, "{target:?}");
+    }
+    for order in [SortOrder::None, SortOrder::Ascend] {
+        assert!(crate::is_plain_range(&RangeRequest {
+            sort_target: SortTarget::Key as i32,
+            sort_order: order as i32,
+            ..rng("k", "l")
+        }));
+    }
+}
+
 /// A plain Range written from its stored rows (`range_encoded`) is the
 /// same message as the one `range` builds: same kvs bytes, more, count and
 /// header revision, whatever the limit, revision or piece size; and it

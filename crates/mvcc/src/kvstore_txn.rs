@@ -22,8 +22,9 @@
 
 use redb::WriteTransaction;
 use retcd_api::etcdserverpb::{
-    compare, request_op, response_op, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+    compare, request_op, response_op, Compare, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, ResponseOp, TxnRequest,
+    TxnResponse,
 };
 use retcd_api::mvccpb::{event::EventType, Event, KeyValue};
 use std::cell::{OnceCell, Ref, RefCell};
@@ -69,9 +70,45 @@ impl Op {
 /// The outcome of a txn's compares: which branch runs, and the same for
 /// every nested txn of that branch, in order.
 #[derive(Debug)]
-struct TxnPath {
-    succeeded: bool,
-    nested: Vec<TxnPath>,
+pub(crate) struct TxnPath {
+    pub(crate) succeeded: bool,
+    pub(crate) nested: Vec<TxnPath>,
+}
+
+impl TxnPath {
+    /// etcd's `compareToPath`: the branch of `req` whose compares `holds`
+    /// (all of them) or not, and the same for each nested txn on it.
+    pub(crate) fn of(
+        req: &TxnRequest,
+        holds: &dyn Fn(&Compare) -> Result<bool, MvccError>,
+    ) -> Result<TxnPath, MvccError> {
+        let mut succeeded = true;
+        for c in &req.compare {
+            if !holds(c)? {
+                succeeded = false;
+                break;
+            }
+        }
+        let mut path = TxnPath {
+            succeeded,
+            nested: Vec::new(),
+        };
+        for o in path.ops(req) {
+            if let Some(request_op::Request::RequestTxn(t)) = &o.request {
+                path.nested.push(TxnPath::of(t, holds)?);
+            }
+        }
+        Ok(path)
+    }
+
+    /// The ops of the branch of `req` this path takes.
+    pub(crate) fn ops<'r>(&self, req: &'r TxnRequest) -> &'r [RequestOp] {
+        if self.succeeded {
+            &req.success
+        } else {
+            &req.failure
+        }
+    }
 }
 
 /// The open write transaction; see the module documentation. Dropping it
@@ -427,7 +464,7 @@ impl<'a> WriteBatch<'a> {
             changes: 0,
         };
         check_txn_requests(req)?;
-        let path = self.compare_to_path(&op, req)?;
+        let path = TxnPath::of(req, &|c| self.apply_compare(&op, c))?;
         // as etcd: first the puts of the whole chosen path, then the ranges
         self.check_txn(&op, req, &path, leases, &mut Vec::new(), true)?;
         self.check_txn(&op, req, &path, leases, &mut Vec::new(), false)?;
@@ -439,43 +476,10 @@ impl<'a> WriteBatch<'a> {
         })
     }
 
-    fn compare_to_path(&self, op: &Op, req: &TxnRequest) -> Result<TxnPath, MvccError> {
-        let mut succeeded = true;
-        for c in &req.compare {
-            if !self.apply_compare(op, c)? {
-                succeeded = false;
-                break;
-            }
-        }
-        let ops = if succeeded {
-            &req.success
-        } else {
-            &req.failure
-        };
-        let mut nested = Vec::new();
-        for o in ops {
-            if let Some(request_op::Request::RequestTxn(t)) = &o.request {
-                nested.push(self.compare_to_path(op, t)?);
-            }
-        }
-        Ok(TxnPath { succeeded, nested })
-    }
-
     /// etcd's `applyCompare`: every key in the compare's range must satisfy
     /// it; no key compares as an empty KeyValue, except for VALUE which fails.
-    fn apply_compare(
-        &self,
-        op: &Op,
-        c: &retcd_api::etcdserverpb::Compare,
-    ) -> Result<bool, MvccError> {
-        let rr = self.range_in(
-            op,
-            &RangeRequest {
-                key: c.key.clone(),
-                range_end: c.range_end.clone(),
-                ..Default::default()
-            },
-        )?;
+    fn apply_compare(&self, op: &Op, c: &Compare) -> Result<bool, MvccError> {
+        let rr = self.range_in(op, &compare_range(c))?;
         Ok(compare_holds(c, &rr.kvs))
     }
 
@@ -491,11 +495,7 @@ impl<'a> WriteBatch<'a> {
         overlay: &mut Vec<(bool, KeyRange<'r>)>,
         puts: bool,
     ) -> Result<(), MvccError> {
-        let ops = if path.succeeded {
-            &req.success
-        } else {
-            &req.failure
-        };
+        let ops = path.ops(req);
         let mut nested = path.nested.iter();
         for o in ops {
             match &o.request {
@@ -528,12 +528,7 @@ impl<'a> WriteBatch<'a> {
                     overlay.push((false, KeyRange::new(&d.key, &d.range_end)))
                 }
                 Some(request_op::Request::RequestRange(r)) if !puts => {
-                    if r.revision > op.begin_rev {
-                        return Err(MvccError::FutureRev);
-                    }
-                    if r.revision != 0 && r.revision < self.compact_rev {
-                        return Err(MvccError::Compacted);
-                    }
+                    range::check_txn_range(r, op.begin_rev, self.compact_rev)?
                 }
                 _ => {}
             }
@@ -547,11 +542,7 @@ impl<'a> WriteBatch<'a> {
         req: &TxnRequest,
         path: &TxnPath,
     ) -> Result<TxnResponse, MvccError> {
-        let ops = if path.succeeded {
-            &req.success
-        } else {
-            &req.failure
-        };
+        let ops = path.ops(req);
         let mut nested = path.nested.iter();
         let mut responses = Vec::with_capacity(ops.len());
         for o in ops {
@@ -659,10 +650,19 @@ impl Drop for WriteBatch<'_> {
     }
 }
 
+/// The Range a compare reads: the keys it covers, at the txn's revision.
+pub(crate) fn compare_range(c: &Compare) -> RangeRequest {
+    RangeRequest {
+        key: c.key.clone(),
+        range_end: c.range_end.clone(),
+        ..Default::default()
+    }
+}
+
 /// etcd's `applyCompare` on the keys the compare's range holds: every key
 /// must satisfy it; no key compares as an empty KeyValue, except for VALUE
 /// which fails.
-pub(crate) fn compare_holds(c: &retcd_api::etcdserverpb::Compare, kvs: &[KeyValue]) -> bool {
+pub(crate) fn compare_holds(c: &Compare, kvs: &[KeyValue]) -> bool {
     let target = compare::CompareTarget::try_from(c.target).ok();
     if kvs.is_empty() {
         return target != Some(compare::CompareTarget::Value)

@@ -39,7 +39,7 @@ pub use kvstore_defrag::DefragStats;
 pub use kvstore_read_txn::{is_txn_read_only, is_txn_serializable};
 pub use kvstore_snapshot::{dump_len, SnapshotDump};
 pub use kvstore_txn::WriteBatch;
-pub use range::{has_revision_filter, is_key_order, is_plain_range, EncodedRange};
+pub use range::{has_revision_filter, is_default_ordering, is_plain_range, EncodedRange};
 pub use revision::Revision;
 pub use watch_reply::{EventBufs, ReplyBatch, WatchReply};
 pub use watchable_store::{SinkError, WatchSink, WatchStream, WatchableStore};

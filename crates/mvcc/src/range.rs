@@ -38,11 +38,42 @@ fn fetch_all(req: &RangeRequest) -> bool {
     req.sort_order != SortOrder::None as i32 || has_revision_filter(req)
 }
 
-/// Whether the request lists keys in key order (no sort, or ascending by
-/// key), the order of the index.
-pub fn is_key_order(req: &RangeRequest) -> bool {
+/// etcd's `IsDefaultOrdering`: no sort order, or ascending by key. What
+/// `RangeStream` accepts; not that the answer is in key order (see
+/// [`lists_in_key_order`]).
+pub fn is_default_ordering(req: &RangeRequest) -> bool {
     req.sort_order == SortOrder::None as i32
         || (req.sort_target == SortTarget::Key as i32 && req.sort_order == SortOrder::Ascend as i32)
+}
+
+/// Whether a Range's answer lists its keys in the index's order: sorted by
+/// key, ascending or with no order given. With no order and another target
+/// etcd sorts ascending by that target (as [`fetch`] does).
+fn lists_in_key_order(req: &RangeRequest) -> bool {
+    req.sort_target == SortTarget::Key as i32
+        && (req.sort_order == SortOrder::None as i32 || req.sort_order == SortOrder::Ascend as i32)
+}
+
+/// etcd's check of a Range in a Txn's chosen branch, before any of the
+/// txn runs (`checkRequestRange`): revision 0 is the current one; any
+/// other must not be past `cur_rev` nor below `compact_rev` (-1 when never
+/// compacted). Unlike a unary Range, where any revision below 1 reads the
+/// current one, a negative revision here is compacted once it is below
+/// `compact_rev` (always from -2 on).
+pub(crate) fn check_txn_range(
+    r: &RangeRequest,
+    cur_rev: i64,
+    compact_rev: i64,
+) -> Result<(), MvccError> {
+    if r.revision == 0 {
+        Ok(())
+    } else if r.revision > cur_rev {
+        Err(MvccError::FutureRev)
+    } else if r.revision < compact_rev {
+        Err(MvccError::Compacted)
+    } else {
+        Ok(())
+    }
 }
 
 /// Whether the request has a min/max mod/create revision filter.
@@ -266,11 +297,11 @@ pub(crate) fn fetch(
 }
 
 /// Whether [`KvStore::range_encoded`](crate::KvStore::range_encoded) can
-/// answer `req`: no sort, no revision filter, values wanted, keys listed.
-/// Its kvs are then the stored rows in index order, so the response can be
-/// written from the rows without decoding them.
+/// answer `req`: listed in key order, no revision filter, values wanted,
+/// keys listed. Its kvs are then the stored rows in index order, so the
+/// response can be written from the rows without decoding them.
 pub fn is_plain_range(req: &RangeRequest) -> bool {
-    is_key_order(req) && !has_revision_filter(req) && !req.keys_only && !req.count_only
+    lists_in_key_order(req) && !has_revision_filter(req) && !req.keys_only && !req.count_only
 }
 
 /// A plain Range's answer, not yet read: the revisions it lists and the

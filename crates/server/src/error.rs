@@ -26,6 +26,8 @@ pub enum ServerError {
     TooManyOps,
     #[error("etcdserver: duplicate key given in txn request")]
     DuplicateKey,
+    #[error("etcdserver: invalid sort option")]
+    InvalidSortOption,
     #[error("etcdserver: request is too large")]
     RequestTooLarge,
     #[error("etcdserver: no leader")]

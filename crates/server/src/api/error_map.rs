@@ -34,6 +34,7 @@ fn code(err: &ServerError) -> Code {
         | E::LeaseProvided
         | E::TooManyOps
         | E::DuplicateKey
+        | E::InvalidSortOption
         | E::RequestTooLarge
         | E::UnknownAlarmAction
         | E::UnknownDowngradeAction

@@ -173,7 +173,7 @@ impl EtcdServer {
         creds: &Credentials,
     ) -> Result<mpsc::Receiver<Result<RangeResponse, ServerError>>, ServerError> {
         validate::check_range(&req)?;
-        if !retcd_mvcc::is_key_order(&req) {
+        if !retcd_mvcc::is_default_ordering(&req) {
             return Err(ServerError::Unimplemented(
                 "RangeStream does not support custom sort orders",
             ));

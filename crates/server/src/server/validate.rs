@@ -1,16 +1,22 @@
 //! Request checks done before proposing, with etcd's errors (etcd's
-//! v3rpc/key.go): empty keys, ignore_value/ignore_lease misuse, too many txn
+//! v3rpc/key.go): empty keys, unknown sort options, ignore_value/ignore_lease misuse, too many txn
 //! operations, and puts/deletes that overlap within one txn.
 
 use crate::error::ServerError;
+use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
 use retcd_api::etcdserverpb::{
     request_op::Request as Op, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
 use std::collections::HashSet;
 
+/// etcd 3.6's checkRangeRequest: a key, and a sort order and target the
+/// enums have (etcd 3.4 and 3.5 crash on an unknown target with an order).
 pub fn check_range(r: &RangeRequest) -> Result<(), ServerError> {
     if r.key.is_empty() {
         return Err(ServerError::EmptyKey);
+    }
+    if SortOrder::try_from(r.sort_order).is_err() || SortTarget::try_from(r.sort_target).is_err() {
+        return Err(ServerError::InvalidSortOption);
     }
     Ok(())
 }
@@ -89,8 +95,10 @@ fn check_op(op: &RequestOp, max_txn_ops: usize) -> Result<(), ServerError> {
     }
 }
 
-/// A deleted interval: `[key, end)`, or the single key when `end` is None;
-/// an end of "\0" means "to the end of the keyspace" as in ranges.
+/// A deleted interval: `[key, end)`, or the single key when `end` is None.
+/// The end is compared as the bytes it is, as etcd's interval tree does: a
+/// from-key delete (`range_end` "\0") covers no key here, so a Txn may put
+/// a key and delete from it to the end (etcd applies both).
 #[derive(Clone)]
 struct Interval {
     key: Vec<u8>,
@@ -101,7 +109,6 @@ impl Interval {
     fn contains(&self, k: &[u8]) -> bool {
         match &self.end {
             None => k == self.key.as_slice(),
-            Some(end) if end.as_slice() == b"\0" => k >= self.key.as_slice(),
             Some(end) => k >= self.key.as_slice() && k < end.as_slice(),
         }
     }
@@ -204,6 +211,49 @@ mod tests {
             ..Default::default()
         };
         assert!(check_txn(&ok, 128).is_ok());
+    }
+
+    #[test]
+    fn test_range_sort_options_must_be_known() {
+        let r = |order: i32, target: i32| RangeRequest {
+            key: b"k".to_vec(),
+            sort_order: order,
+            sort_target: target,
+            ..Default::default()
+        };
+        for (order, target) in [(0, 0), (2, 4), (1, 1), (0, 3)] {
+            assert!(check_range(&r(order, target)).is_ok());
+        }
+        for (order, target) in [(3, 0), (0, 5), (-1, 0), (0, 99)] {
+            assert!(matches!(
+                check_range(&r(order, target)),
+                Err(ServerError::InvalidSortOption)
+            ));
+        }
+        // the key first, as etcd
+        assert!(matches!(
+            check_range(&RangeRequest {
+                sort_order: 9,
+                ..Default::default()
+            }),
+            Err(ServerError::EmptyKey)
+        ));
+    }
+
+    #[test]
+    fn test_txn_from_key_delete_covers_no_put() {
+        // etcd compares the end "\0" as a string: the interval [a, "\0") is
+        // empty, so both ops run (the delete then removes the put key)
+        for ops in [
+            vec![put("b"), del("a", "\0")],
+            vec![del("a", "\0"), put("a")],
+        ] {
+            let t = TxnRequest {
+                success: ops,
+                ..Default::default()
+            };
+            assert!(check_txn(&t, 128).is_ok());
+        }
     }
 
     #[test]
