@@ -25,7 +25,11 @@ impl State {
         let mut out = Vec::new();
         for role in user.roles.iter().filter_map(|r| self.roles.get(r)) {
             for p in &role.key_permission {
-                let t = PermType::try_from(p.perm_type).unwrap_or(PermType::Read);
+                // a type outside the enum (stored as etcd stores it) grants
+                // nothing, as in etcd's `getMergedPerms`
+                let Ok(t) = PermType::try_from(p.perm_type) else {
+                    continue;
+                };
                 if t != want && t != PermType::Readwrite {
                     continue;
                 }
@@ -60,10 +64,13 @@ impl State {
             return Ok(());
         }
         let perms = self.intervals(user, want);
-        let ok = if range_end.is_empty() {
+        let request = interval(key, range_end);
+        let ok = if range_end.is_empty() || is_empty(&request) {
+            // an empty or reversed range is permitted where its first key
+            // is (see `is_empty`)
             perms.iter().any(|iv| contains_key(iv, key))
         } else {
-            covers(perms, &interval(key, range_end))
+            covers(perms, &request)
         };
         if ok {
             Ok(())
@@ -87,6 +94,16 @@ fn interval(key: &[u8], range_end: &[u8]) -> Interval {
     }
 }
 
+/// Whether a request's range is empty or reversed (`end <= key`). It
+/// holds no key; etcd's interval tree finds the permissions that hold its
+/// first key and permits it when there is one — for a reversed range only
+/// when its search, which prunes by the range's end, reaches them, which
+/// depends on the tree's shape. retcd permits it when a permission holds
+/// the first key; with none etcd refuses it too.
+fn is_empty((start, end): &Interval) -> bool {
+    end.as_ref().is_some_and(|e| e <= start)
+}
+
 fn contains_key((start, end): &Interval, key: &[u8]) -> bool {
     start.as_slice() <= key && end.as_ref().is_none_or(|e| key < e.as_slice())
 }
@@ -108,8 +125,7 @@ fn covers(mut perms: Vec<Interval>, want: &Interval) -> bool {
             return true;
         }
     }
-    // An empty request range (start >= end) is covered by anything.
-    want.1.as_ref().is_some_and(|w| *w <= want.0)
+    false
 }
 
 #[cfg(test)]
@@ -197,6 +213,27 @@ mod tests {
         assert_eq!(
             st.check(Some(&old), b"dir/a", b"", PermType::Read),
             Err(AuthError::AuthOldRevision)
+        );
+        // an empty or reversed range: permitted where its first key is
+        for (key, end) in [
+            (&b"dir/a"[..], &b"dir/a"[..]),
+            (b"dir/b", b"dir/a"),
+            (b"dir/", b"a"),
+        ] {
+            assert_eq!(st.check(Some(&bob), key, end, PermType::Read), Ok(()));
+        }
+        for (key, end) in [(&b"a"[..], &b"a"[..]), (b"z", b"a"), (b"dir0", b"dir/")] {
+            assert_eq!(
+                st.check(Some(&bob), key, end, PermType::Read),
+                Err(AuthError::PermissionDenied),
+                "{key:?}..{end:?}"
+            );
+        }
+        // a permission type outside the enum grants nothing (etcd stores it)
+        st.roles.get_mut("r").unwrap().key_permission[0].perm_type = 7;
+        assert_eq!(
+            st.check(Some(&bob), b"dir/a", b"", PermType::Read),
+            Err(AuthError::PermissionDenied)
         );
         st.enabled = false;
         assert_eq!(st.check(None, b"x", b"", PermType::Write), Ok(()));

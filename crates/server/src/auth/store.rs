@@ -175,10 +175,16 @@ impl AuthStore {
                     return Err(AuthError::InvalidAuthMgmt);
                 }
                 let role = st.roles.get_mut(&r.name).ok_or(AuthError::RoleNotFound)?;
+                // As etcd: only the first permission whose key is not below
+                // the new one's (its `sort.Search`) is updated in place when
+                // it has the same range; otherwise the new one is added
+                // after those with its key, even if another of them has its
+                // range (etcd then keeps both).
+                let first = role.key_permission.partition_point(|p| p.key < perm.key);
                 match role
                     .key_permission
-                    .iter_mut()
-                    .find(|p| p.key == perm.key && p.range_end == perm.range_end)
+                    .get_mut(first)
+                    .filter(|p| p.key == perm.key && p.range_end == perm.range_end)
                 {
                     Some(p) => p.perm_type = perm.perm_type,
                     None => {

@@ -211,7 +211,14 @@ async fn recv_loop(
                 return;
             }
         };
-        let resp = match req.request_union {
+        let mut request = req.request_union;
+        if let Some(RequestUnion::CreateRequest(c)) = &mut request {
+            if c.key.is_empty() {
+                // as etcd, before its permission check: \0 is the smallest key
+                c.key = vec![0];
+            }
+        }
+        let resp = match request {
             // etcd 3.5.24+ (#20709), before the permission check: a
             // negative start revision is refused as compacted.
             Some(RequestUnion::CreateRequest(c)) if c.start_revision < 0 => WatchResponse {
