@@ -24,7 +24,8 @@
 //! hour so none expires during a run.
 //!
 //! `RETCD_KV_DIFF_SEED` (default 1) and `RETCD_KV_DIFF_STEPS` (default
-//! 600) replay and size a run.
+//! 600) replay and size a run; `RETCD_KV_DIFF_TRACE=1` prints every step
+//! and both answers.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -634,6 +635,7 @@ fn show(a: &Answer) -> String {
 async fn kv_random_differential() {
     let seed = env_u64("RETCD_KV_DIFF_SEED", 1);
     let steps = env_u64("RETCD_KV_DIFF_STEPS", 600);
+    let trace = std::env::var_os("RETCD_KV_DIFF_TRACE").is_some();
     // A long run gets more time than the default one.
     let limit = LIMIT.max(Duration::from_millis(steps * 100));
     bounded(limit, async {
@@ -666,6 +668,14 @@ async fn kv_random_differential() {
                 None => g.next(),
             };
             let (ra, ta) = tokio::join!(r.call(&req), t.call(&req));
+            if trace {
+                eprintln!(
+                    "step {n}: {}\n  etcd:   {}\n  {tname}: {}",
+                    readable(&format!("{req:?}")),
+                    show(&ra),
+                    show(&ta)
+                );
+            }
             if let Err((code, msg)) = &ra {
                 *errors.entry(format!("{code:?} {msg:?}")).or_insert(0usize) += 1;
             }
@@ -737,6 +747,15 @@ fn prelude() -> Vec<Req> {
                 },
             )),
         ]),
+        // an op with no request, in either branch: "key not found"
+        txn(vec![RequestOp { request: None }]),
+        Req::Txn(TxnRequest {
+            failure: vec![
+                op(request_op::Request::RequestPut(put(b"a"))),
+                RequestOp { request: None },
+            ],
+            ..Default::default()
+        }),
         // with no order, any target but KEY sorts ascending by it
         Req::Put(put(b"c")),
         Req::Put(put(b"b")),
@@ -771,6 +790,34 @@ fn prelude() -> Vec<Req> {
         ]));
         steps.push(Req::Range(range_at(rev)));
     }
+    // a key deleted and put again in one revision (the head is 5 here),
+    // then compacted at that revision: it still reads and deletes
+    steps.push(Req::Put(put(b"c")));
+    steps.push(txn(vec![
+        op(request_op::Request::RequestDeleteRange(
+            DeleteRangeRequest {
+                key: b"a".to_vec(),
+                range_end: vec![0],
+                ..Default::default()
+            },
+        )),
+        op(request_op::Request::RequestPut(put(b"c"))),
+    ]));
+    steps.push(Req::Compact(CompactionRequest {
+        revision: 7,
+        physical: true,
+    }));
+    for revision in [0, 7] {
+        steps.push(Req::Range(RangeRequest {
+            key: b"c".to_vec(),
+            revision,
+            ..Default::default()
+        }));
+    }
+    steps.push(Req::Delete(DeleteRangeRequest {
+        key: b"c".to_vec(),
+        ..Default::default()
+    }));
     steps
 }
 

@@ -24,7 +24,9 @@
 //! is `< r` and, in the first remaining one, every revision older than
 //! the latest one `<= r`. The
 //! revisions that must survive (the latest `<= r` of the first remaining
-//! generation, a tombstone at `r` included, as etcd 3.5.16+) are added to
+//! generation, a tombstone at `r` included, as etcd 3.5.16+; and, when the
+//! key was deleted and put again within revision `r` itself, the latest
+//! revision `<= r` of each generation that began at `r`) are added to
 //! `available`; everything else `<= r` may go from the backend. Compacting
 //! the example above:
 //!
@@ -277,7 +279,36 @@ impl KeyIndex {
             // watch from the compaction revision gets the delete); it goes
             // with the next compaction above it.
         }
+        for (i, ri) in self.reborn_at(gen_idx, at_rev, available) {
+            self.generations[i].revs.drain(..ri);
+        }
         self.generations.drain(..gen_idx);
+    }
+
+    /// The generations after `gen_idx` that began at `at_rev` itself:
+    /// the key was deleted and put again in the revision compacted at (a
+    /// Txn whose from-key delete covers a key it puts), after the tombstone
+    /// kept at `at_rev`. Each one's latest revision `<= at_rev` is what the
+    /// key holds at `at_rev`: it joins `available` (etcd's first
+    /// generation rule alone would let the compaction delete it while the
+    /// index still lists it). Returns each with the index of that revision.
+    fn reborn_at(
+        &self,
+        gen_idx: usize,
+        at_rev: i64,
+        available: &mut HashSet<Revision>,
+    ) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for (i, g) in self.generations.iter().enumerate().skip(gen_idx + 1) {
+            if g.revs.first().is_none_or(|r| r.main > at_rev) {
+                break;
+            }
+            if let Some(ri) = g.walk(|r| r.main > at_rev) {
+                available.insert(g.revs[ri]);
+                out.push((i, ri));
+            }
+        }
+        out
     }
 
     /// The `available` set `compact(at_rev)` would produce, without changing
@@ -296,6 +327,13 @@ impl KeyIndex {
             // out, so that HashKV hashes what etcd < 3.5.16 (which deleted
             // it) hashes
             available.remove(&g.revs[g.revs.len() - 1]);
+        }
+        for (i, ri) in self.reborn_at(gen_idx, at_rev, available) {
+            let g = &self.generations[i];
+            if ri == g.revs.len() - 1 && i != self.generations.len() - 1 {
+                // a tombstone again
+                available.remove(&g.revs[ri]);
+            }
         }
     }
 
@@ -617,6 +655,47 @@ mod tests {
             (16, vec![r(16)], 2, vec![r(16)]),
             (17, vec![], 1, vec![]),
         ]
+    }
+
+    /// Deleted and put again within one revision (a Txn whose from-key
+    /// delete covers a key it puts), then compacted at that revision: the
+    /// put survives the compaction, and so does the value it reads.
+    #[test]
+    fn test_compact_keeps_a_key_put_again_in_the_compacted_revision() {
+        let rv = Revision::new;
+        let mut ki = KeyIndex::new();
+        ki.put(2, 0);
+        ki.tombstone(3, 0).unwrap();
+        ki.put(3, 1);
+        let mut kept = HashSet::new();
+        ki.keep(3, &mut kept);
+        assert_eq!(kept, HashSet::from([rv(3, 1)]));
+        let mut available = HashSet::new();
+        ki.compact(3, &mut available);
+        assert_eq!(available, HashSet::from([rv(3, 0), rv(3, 1)]));
+        assert_eq!(ki.get(3).map(|(m, ..)| m), Ok(rv(3, 1)));
+        // put, then deleted again in the same revision
+        let mut ki = KeyIndex::new();
+        ki.put(2, 0);
+        ki.tombstone(3, 0).unwrap();
+        ki.put(3, 1);
+        ki.tombstone(3, 2).unwrap();
+        let mut kept = HashSet::new();
+        ki.keep(3, &mut kept);
+        assert!(kept.is_empty(), "{kept:?}");
+        let mut available = HashSet::new();
+        ki.compact(3, &mut available);
+        assert_eq!(available, HashSet::from([rv(3, 0), rv(3, 2)]));
+        assert!(ki.get(3).is_err());
+        // every revision the index still lists is available or above 3
+        for g in &ki.generations {
+            for r in &g.revs {
+                assert!(
+                    r.main > 3 || available.contains(r),
+                    "{r:?} listed, not kept"
+                );
+            }
+        }
     }
 
     fn check_compact(

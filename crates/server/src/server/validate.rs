@@ -91,7 +91,8 @@ fn check_op(op: &RequestOp, max_txn_ops: usize) -> Result<(), ServerError> {
         Some(Op::RequestPut(r)) => check_put(r),
         Some(Op::RequestDeleteRange(r)) => check_delete(r),
         Some(Op::RequestTxn(t)) => check_txn_ops(t, max_txn_ops),
-        None => Ok(()),
+        // an op with no request: etcd's checkRequestOp answers so
+        None => Err(ServerError::Mvcc(retcd_mvcc::MvccError::KeyNotFound)),
     }
 }
 
@@ -238,6 +239,22 @@ mod tests {
             }),
             Err(ServerError::EmptyKey)
         ));
+    }
+
+    #[test]
+    fn test_txn_op_without_request_is_refused() {
+        for (success, failure) in [
+            (vec![RequestOp { request: None }], vec![]),
+            (vec![], vec![put("a"), RequestOp { request: None }]),
+        ] {
+            let t = TxnRequest {
+                success,
+                failure,
+                ..Default::default()
+            };
+            let e = check_txn(&t, 128).unwrap_err();
+            assert_eq!(e.to_string(), "etcdserver: key not found");
+        }
     }
 
     #[test]
