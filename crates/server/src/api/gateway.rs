@@ -111,17 +111,70 @@ where
     F: FnOnce(tonic::Request<Req>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
 {
-    let req: Req = if body.iter().all(u8::is_ascii_whitespace) {
-        Req::default()
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(r) => r,
-            Err(e) => return error(&to_status(ServerError::BadRequestBody(e.to_string()))),
-        }
+    let req: Req = match go_json(&body).and_then(|v| match v {
+        None => Ok(Req::default()),
+        Some(v) => serde_json::from_value(v),
+    }) {
+        Ok(r) => r,
+        Err(e) => return error(&to_status(ServerError::BadRequestBody(e.to_string()))),
     };
     match call(with_token(&headers, req)).await {
         Ok(resp) => ([GRPC_METADATA_CT], axum::Json(resp.into_inner())).into_response(),
         Err(status) => error(&status),
+    }
+}
+
+/// A unary body as grpc-gateway reads it (Go's `json.Decoder.Decode`, then
+/// its unmarshalling), for the typed decoding after it: only the first JSON
+/// value counts (what follows it is ignored); a body that is empty or
+/// `null` is the default request (`None`); a member set to `null` is
+/// absent; of a member given twice the last counts, and of a member given
+/// by its .proto name and by its camelCase one, the camelCase one.
+fn go_json(body: &[u8]) -> Result<Option<serde_json::Value>, serde_json::Error> {
+    use serde_json::Value;
+    fn clean(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|_, v| !v.is_null());
+                let shadowed: Vec<String> = m
+                    .keys()
+                    .filter(|k| k.contains('_') && m.contains_key(&camel(k)))
+                    .cloned()
+                    .collect();
+                for k in shadowed {
+                    m.remove(&k);
+                }
+                m.values_mut().for_each(clean);
+            }
+            Value::Array(a) => a.iter_mut().for_each(clean),
+            _ => {}
+        }
+    }
+    fn camel(k: &str) -> String {
+        let mut out = String::with_capacity(k.len());
+        let mut up = false;
+        for c in k.chars() {
+            if c == '_' {
+                up = true;
+            } else if up {
+                out.extend(c.to_uppercase());
+                up = false;
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+    match serde_json::Deserializer::from_slice(body)
+        .into_iter::<Value>()
+        .next()
+    {
+        None | Some(Ok(Value::Null)) => Ok(None),
+        Some(Ok(mut v)) => {
+            clean(&mut v);
+            Ok(Some(v))
+        }
+        Some(Err(e)) => Err(e),
     }
 }
 
