@@ -395,9 +395,29 @@ impl<'a> WriteBatch<'a> {
             begin_rev: self.rev,
             changes: 0,
         };
-        let resp = self.delete_in(&mut op, req)?;
+        let resp = self.delete_in(&mut op, req);
+        let resp = self.applied_whole(&op, resp)?;
         self.finish(op);
         Ok(resp)
+    }
+
+    /// An operation's result once it ran: an error before it changed
+    /// anything is the client's answer; one after it changed some keys
+    /// (a row that cannot be read: the checks before it found nothing
+    /// wrong) would leave half of it in the store and its revision to be
+    /// used again, so the member stops there, as etcd does ("unexpected
+    /// error during txn").
+    fn applied_whole<T>(&self, op: &Op, r: Result<T, MvccError>) -> Result<T, MvccError> {
+        match r {
+            Err(e) if op.changes > 0 => {
+                panic!(
+                    "mvcc: unexpected error after {} changes at revision {}: {e}",
+                    op.changes,
+                    op.write_rev()
+                )
+            }
+            r => r,
+        }
     }
 
     fn delete_in(
@@ -434,12 +454,24 @@ impl<'a> WriteBatch<'a> {
                 mod_revision: rev,
                 ..Default::default()
             };
+            // A watcher's prev_kv is the key before the revision, as etcd
+            // reads it (at mod_revision - 1): not a value this same Txn put
+            // earlier (the response's prev_kvs are the Txn's own view).
+            let event_prev = if modified.main == rev {
+                let before = self.store.index.read().get(key, rev - 1).ok();
+                match before {
+                    Some((m, _, _)) => Some(range::read_kv(&self.rows()?, m)?),
+                    None => None,
+                }
+            } else {
+                Some(prev.clone())
+            };
             self.events.push((
                 rev,
                 Event {
                     r#type: EventType::Delete as i32,
                     kv: Some(kv),
-                    prev_kv: Some(prev.clone()),
+                    prev_kv: event_prev,
                 },
             ));
             prev_kvs.push(prev);
@@ -468,7 +500,8 @@ impl<'a> WriteBatch<'a> {
         // as etcd: first the puts of the whole chosen path, then the ranges
         self.check_txn(&op, req, &path, leases, &mut Vec::new(), true)?;
         self.check_txn(&op, req, &path, leases, &mut Vec::new(), false)?;
-        let resp = self.apply_txn(&mut op, req, &path)?;
+        let resp = self.apply_txn(&mut op, req, &path);
+        let resp = self.applied_whole(&op, resp)?;
         self.finish(op);
         Ok(TxnResponse {
             header: header(op.read_rev()),

@@ -304,7 +304,28 @@ impl Inner {
         }
     }
 
+    /// Stops watcher `wk` and frees its id; false if neither existed (an
+    /// id reserved, or kept after a compaction cancelled its watcher,
+    /// counts).
     fn remove_watcher(&mut self, wk: WatcherKey) -> bool {
+        let removed = self.drop_watcher(wk);
+        let freed = self
+            .streams
+            .get_mut(&wk.0)
+            .is_some_and(|s| s.ids.remove(&wk.1));
+        removed || freed
+    }
+
+    /// A watcher the compaction cancelled: it stops, but its id stays
+    /// taken on its stream until the client cancels it, as etcd's watch
+    /// stream keeps it (the cancel is then answered; a create may not
+    /// reuse the id, and an automatic id skips it).
+    fn compacted_away(&mut self, wk: WatcherKey) {
+        self.drop_watcher(wk);
+    }
+
+    /// Stops watcher `wk`; its id is left to the caller.
+    fn drop_watcher(&mut self, wk: WatcherKey) -> bool {
         let Some(w) = self.watchers.remove(&wk) else {
             return false;
         };
@@ -314,9 +335,6 @@ impl Inner {
         self.synced.remove(wk, &w.range);
         self.unsynced.remove(&wk);
         self.victims.remove(&wk);
-        if let Some(s) = self.streams.get_mut(&wk.0) {
-            s.ids.remove(&wk.1);
-        }
         true
     }
 
@@ -693,7 +711,7 @@ impl WatchableStore {
                 continue;
             };
             if compacted {
-                inner.remove_watcher(wk);
+                inner.compacted_away(wk);
             } else if w.min_rev <= inner.rev {
                 inner.set_unsynced(wk);
             } else {
@@ -821,7 +839,7 @@ impl WatchableStore {
                         inner.victims.insert(c.wk);
                     }
                     _ => {
-                        inner.remove_watcher(c.wk);
+                        inner.compacted_away(c.wk);
                     }
                 }
                 continue;
@@ -1015,14 +1033,7 @@ impl WatchStream {
     /// Cancels watcher `id` (or frees a reserved id). After it returns, no
     /// further response of the watcher is queued. False if unknown.
     pub fn cancel(&self, id: WatchId) -> bool {
-        let mut inner = self.store.inner.lock();
-        if inner.remove_watcher((self.id, id)) {
-            return true;
-        }
-        inner
-            .streams
-            .get_mut(&self.id)
-            .is_some_and(|s| s.ids.remove(&id))
+        self.store.inner.lock().remove_watcher((self.id, id))
     }
 
     /// Whether watcher `id` exists (not cancelled, not compacted away).

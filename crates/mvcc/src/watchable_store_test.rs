@@ -248,6 +248,13 @@ fn test_watch_compacted() {
     assert_eq!(r.compact_revision, 5);
     assert!(r.events.is_empty());
     assert!(!s.contains(id));
+    // its id stays taken until the client cancels it, as in etcd: an
+    // automatic id skips it, the cancel is answered (once)
+    assert_eq!(id, 0);
+    assert_eq!(s.reserve(0), Ok(1));
+    assert!(s.cancel(id));
+    assert!(!s.cancel(id));
+    assert!(s.cancel(1));
     // at the compaction revision itself the history is still readable (etcd)
     let id = watch(&s, "foo", "", from(5));
     let got = collect(&rx, 7);
