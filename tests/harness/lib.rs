@@ -28,6 +28,7 @@ pub mod netns;
 pub mod normalize;
 pub mod power;
 pub mod process;
+pub mod random_diff;
 pub mod robustness;
 pub mod timing;
 pub mod tls;

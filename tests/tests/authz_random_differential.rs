@@ -82,6 +82,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use retcd_api::authpb::Permission;
 use retcd_api::etcdserverpb as pb;
+use retcd_tests::random_diff::{bytes_as_strings as readable, env_u64, prefix_end};
 use retcd_tests::{
     bounded, etcd351_bin, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST,
 };
@@ -128,13 +129,6 @@ const READWRITE: i32 = 2;
 
 fn password(user: &str) -> String {
     format!("pw-{user}")
-}
-
-fn env_u64(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 // ---------------------------------------------------------------------------
@@ -892,18 +886,6 @@ struct Gen {
     rng: StdRng,
     /// Cases left out (see `RETCD_AUTHZ_DIFF_AVOID`).
     avoid: Avoid,
-}
-
-/// etcd's prefix end of `key` (`\0`, from the key on, when it is all 0xff).
-fn prefix_end(key: &[u8]) -> Vec<u8> {
-    match key.iter().rposition(|&b| b < 0xff) {
-        Some(i) => {
-            let mut e = key[..=i].to_vec();
-            e[i] += 1;
-            e
-        }
-        None => vec![0],
-    }
 }
 
 impl Gen {
@@ -1694,36 +1676,6 @@ impl Run {
             ));
         }
     }
-}
-
-/// `Debug` output with every byte list (`[97, 47, 98]`) shown as an
-/// escaped string (`"a/b"`); an empty list stays `[]`.
-fn readable(debug: &str) -> String {
-    let mut out = String::with_capacity(debug.len());
-    let mut rest = debug;
-    while let Some(at) = rest.find('[') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let bytes = after.find(']').and_then(|end| {
-            let inner = &after[..end];
-            let bs: Option<Vec<u8>> = inner.split(", ").map(|n| n.parse().ok()).collect();
-            bs.filter(|b| !b.is_empty()).map(|b| (b, end))
-        });
-        match bytes {
-            Some((b, end)) => {
-                out.push('"');
-                out.push_str(&b.escape_ascii().to_string());
-                out.push('"');
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push('[');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

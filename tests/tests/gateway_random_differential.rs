@@ -104,6 +104,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use retcd_tests::random_diff::{env_u64, prefix_end};
 use retcd_tests::{bounded, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST};
 use serde_json::{Map, Value};
 
@@ -139,13 +140,6 @@ const UNKNOWN_LEASE: i64 = 2989;
 /// than etcd allows.
 const TTL: i64 = 3600;
 const TOO_LONG_TTL: i64 = 9_000_000_001;
-
-fn env_u64(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 // ---------------------------------------------------------------------
 // The request messages, as the gateway's JSON sees them.
@@ -1239,18 +1233,6 @@ fn collect_revisions(v: &Value, out: &mut Vec<i64>) {
         }
         Value::Array(a) => a.iter().for_each(|v| collect_revisions(v, out)),
         _ => {}
-    }
-}
-
-/// etcd's prefix end of `key` (see `kv_random_differential`).
-fn prefix_end(key: &[u8]) -> Vec<u8> {
-    match key.iter().rposition(|&b| b < 0xff) {
-        Some(i) => {
-            let mut e = key[..=i].to_vec();
-            e[i] += 1;
-            e
-        }
-        None => vec![0],
     }
 }
 

@@ -39,6 +39,7 @@ use retcd_api::etcdserverpb::{
     PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, TxnRequest, TxnResponse,
 };
 use retcd_api::mvccpb::KeyValue;
+use retcd_tests::random_diff::{bytes_as_strings, env_u64, prefix_end, range_end};
 use retcd_tests::{bounded, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST};
 use tokio::time::timeout;
 use tonic::transport::Channel;
@@ -67,13 +68,6 @@ const UNKNOWN_LEASE: i64 = 0x0bad;
 /// generated requests carry, what [`materialise`] replaces by each server's
 /// own ID, and what [`normalise`] puts in place of a server's ID.
 const LEASE_BASE: i64 = 0x4c45_4153_0000_0000;
-
-fn env_u64(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// One request of the sequence.
 #[derive(Debug, Clone)]
@@ -293,14 +287,7 @@ impl Gen {
     }
 
     fn range_end(&mut self, key: &[u8]) -> Vec<u8> {
-        match self.rng.random_range(0..100) {
-            0..35 => Vec::new(),
-            35..55 => prefix_end(key),
-            55..70 => vec![0],
-            70..90 => self.pick(&KEYS).to_vec(), // possibly below the key
-            90..95 => [key, &[0]].concat(),
-            _ => key.to_vec(), // an empty range
-        }
+        range_end(&mut self.rng, key, &KEYS)
     }
 
     /// A revision seen lately, or one near the head.
@@ -551,52 +538,12 @@ impl Gen {
     }
 }
 
-/// etcd's prefix end of `key`: its last byte below 0xff incremented, the
-/// 0xff bytes after it dropped; `\0` (every key from `key` on) when all are
-/// 0xff or the key is empty.
-fn prefix_end(key: &[u8]) -> Vec<u8> {
-    match key.iter().rposition(|&b| b < 0xff) {
-        Some(i) => {
-            let mut e = key[..=i].to_vec();
-            e[i] += 1;
-            e
-        }
-        None => vec![0],
-    }
-}
-
 /// `Debug` output with every byte list (`[97, 47, 98]`) shown as an
 /// escaped string (`"a/b"`), for reading keys and values (lists of other
 /// numbers do not occur in these messages; an empty list stays `[]`), and
 /// every lease placeholder as `lease#<grant order>`.
 fn readable(debug: &str) -> String {
-    let debug = lease_names(debug);
-    let debug = debug.as_str();
-    let mut out = String::with_capacity(debug.len());
-    let mut rest = debug;
-    while let Some(at) = rest.find('[') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let bytes = after.find(']').and_then(|end| {
-            let inner = &after[..end];
-            let bs: Option<Vec<u8>> = inner.split(", ").map(|n| n.parse().ok()).collect();
-            bs.filter(|b| !b.is_empty()).map(|b| (b, end))
-        });
-        match bytes {
-            Some((b, end)) => {
-                out.push('"');
-                out.push_str(&b.escape_ascii().to_string());
-                out.push('"');
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push('[');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+    bytes_as_strings(&lease_names(debug))
 }
 
 /// `s` with every number that is a lease placeholder written `lease#<i>`.

@@ -78,6 +78,9 @@ use retcd_api::etcdserverpb::{
     WatchProgressRequest, WatchRequest, WatchResponse,
 };
 use retcd_api::mvccpb::{event::EventType, Event, KeyValue};
+use retcd_tests::random_diff::{
+    bytes_as_strings as readable, env_u64, prefix_end, range_end, show_bytes,
+};
 use retcd_tests::{bounded, http_get, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -136,13 +139,6 @@ const EXPLICIT_IDS: [i64; 6] = [1, 2, 3, 5, 8, 1 << 40];
 
 /// Ids a cancel may name that are mostly unknown.
 const OTHER_IDS: [i64; 6] = [0, 4, 6, 42, -3, 1 << 41];
-
-fn env_u64(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 // ------------------------------------------------------------------ steps
 
@@ -305,10 +301,6 @@ fn per_watch(got: &[Delivery]) -> BTreeMap<i64, Vec<Item>> {
         }
     }
     out
-}
-
-fn show_bytes(b: &[u8]) -> String {
-    format!("\"{}\"", b.escape_ascii())
 }
 
 fn show_kv(kv: &KeyValue) -> String {
@@ -747,14 +739,7 @@ impl Gen {
     }
 
     fn range_end(&mut self, key: &[u8]) -> Vec<u8> {
-        match self.rng.random_range(0..100) {
-            0..35 => Vec::new(),
-            35..55 => prefix_end(key),
-            55..70 => vec![0],
-            70..90 => self.pick(&KEYS).to_vec(), // possibly below the key
-            90..95 => [key, &[0]].concat(),
-            _ => key.to_vec(), // an empty range
-        }
+        range_end(&mut self.rng, key, &KEYS)
     }
 
     fn lease(&mut self) -> i64 {
@@ -1023,46 +1008,6 @@ impl Gen {
             }
         }
     }
-}
-
-/// etcd's prefix end of `key`.
-fn prefix_end(key: &[u8]) -> Vec<u8> {
-    match key.iter().rposition(|&b| b < 0xff) {
-        Some(i) => {
-            let mut e = key[..=i].to_vec();
-            e[i] += 1;
-            e
-        }
-        None => vec![0],
-    }
-}
-
-/// `Debug` output with every byte list (`[97, 47, 98]`) shown as an
-/// escaped string (`"a/b"`); an empty list stays `[]`.
-fn readable(debug: &str) -> String {
-    let mut out = String::with_capacity(debug.len());
-    let mut rest = debug;
-    while let Some(at) = rest.find('[') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let bytes = after.find(']').and_then(|end| {
-            let inner = &after[..end];
-            let bs: Option<Vec<u8>> = inner.split(", ").map(|n| n.parse().ok()).collect();
-            bs.filter(|b| !b.is_empty()).map(|b| (b, end))
-        });
-        match bytes {
-            Some((b, end)) => {
-                out.push_str(&show_bytes(&b));
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push('[');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 fn show_answer(a: &Answer) -> String {

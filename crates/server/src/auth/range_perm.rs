@@ -64,13 +64,16 @@ impl State {
             return Ok(());
         }
         let perms = self.intervals(user, want);
-        let request = interval(key, range_end);
-        let ok = if range_end.is_empty() || is_empty(&request) {
-            // an empty or reversed range is permitted where its first key
-            // is (see `is_empty`)
+        let ok = if range_end.is_empty() {
             perms.iter().any(|iv| contains_key(iv, key))
         } else {
-            covers(perms, &request)
+            let request = interval(key, range_end);
+            if is_empty(&request) {
+                // permitted where its first key is (see `is_empty`)
+                perms.iter().any(|iv| contains_key(iv, key))
+            } else {
+                covers(perms, &request)
+            }
         };
         if ok {
             Ok(())

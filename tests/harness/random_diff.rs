@@ -1,0 +1,88 @@
+//! Pieces the seeded random differential tests (`*_random_differential.rs`)
+//! share: their knobs, range ends, and readable requests in failure output.
+
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// `$var` as a number, else `default`.
+pub fn env_u64(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// etcd's prefix end of `key` (`\0`, from the key on, when it is all 0xff).
+pub fn prefix_end(key: &[u8]) -> Vec<u8> {
+    match key.iter().rposition(|&b| b < 0xff) {
+        Some(i) => {
+            let mut e = key[..=i].to_vec();
+            e[i] += 1;
+            e
+        }
+        None => vec![0],
+    }
+}
+
+/// A range end for `key`: none (the key), its prefix end, `\0` (from the
+/// key on), a key of `keys` (maybe below it), the key and `\0` (the key as
+/// a range) or the key itself (an empty range).
+pub fn range_end(rng: &mut StdRng, key: &[u8], keys: &[&[u8]]) -> Vec<u8> {
+    match rng.random_range(0..100) {
+        0..35 => Vec::new(),
+        35..55 => prefix_end(key),
+        55..70 => vec![0],
+        70..90 => keys[rng.random_range(0..keys.len())].to_vec(), // possibly below the key
+        90..95 => [key, &[0]].concat(),
+        _ => key.to_vec(), // an empty range
+    }
+}
+
+/// Bytes as an escaped string in quotes.
+pub fn show_bytes(b: &[u8]) -> String {
+    format!("\"{}\"", b.escape_ascii())
+}
+
+/// `Debug` output with every byte list (`[97, 47, 98]`) shown as an
+/// escaped string (`"a/b"`); an empty list stays `[]`.
+pub fn bytes_as_strings(debug: &str) -> String {
+    let mut out = String::with_capacity(debug.len());
+    let mut rest = debug;
+    while let Some(at) = rest.find('[') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let bytes = after.find(']').and_then(|end| {
+            let inner = &after[..end];
+            let bs: Option<Vec<u8>> = inner.split(", ").map(|n| n.parse().ok()).collect();
+            bs.filter(|b| !b.is_empty()).map(|b| (b, end))
+        });
+        match bytes {
+            Some((b, end)) => {
+                out.push_str(&show_bytes(&b));
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push('[');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_bytes_as_strings_and_prefix_end() {
+        assert_eq!(
+            bytes_as_strings("PutRequest { key: [97, 47, 98], value: [], x: [0, 255] }"),
+            r#"PutRequest { key: "a/b", value: [], x: "\x00\xff" }"#
+        );
+        assert_eq!(prefix_end(b"a"), b"b");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), b"\x00");
+    }
+}
