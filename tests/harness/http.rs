@@ -145,3 +145,76 @@ mod tests {
         assert_eq!((r.status, r.body.as_str()), (503, "abcde"));
     }
 }
+
+/// Status (0 if none came), content type (without parameters) and body of
+/// a [`raw_exchange`]; the body is `<io error: …>` when the exchange failed.
+#[derive(Debug, Clone)]
+pub struct RawResp {
+    pub status: u16,
+    pub ctype: String,
+    pub body: String,
+}
+
+/// Sends `request` as it is (a whole HTTP/1.1 request, meant with
+/// `Connection: close`) to `127.0.0.1:port` and reads the answer until EOF
+/// or `until`, whatever it is: what the gateway tests compare byte for
+/// byte, malformed requests included.
+pub fn raw_exchange(port: u16, request: &[u8], until: std::time::Instant) -> RawResp {
+    use std::io::ErrorKind;
+    let mut raw = Vec::new();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let connect = until
+        .checked_duration_since(std::time::Instant::now())
+        .unwrap_or_default()
+        .max(Duration::from_millis(10));
+    let res = TcpStream::connect_timeout(&addr, connect).and_then(|mut s| {
+        s.write_all(request)?;
+        let mut buf = [0u8; 8192];
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            s.set_read_timeout(Some(left.max(Duration::from_millis(10))))?;
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    });
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n");
+    let split = split.unwrap_or(raw.len());
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let header = |name: &str| {
+        let mut kv = head.lines().skip(1).filter_map(|l| l.split_once(':'));
+        let v = kv.find(|(k, _)| k.trim() == name).map(|(_, v)| v.trim());
+        v.unwrap_or("").split(';').next().unwrap_or("").to_string()
+    };
+    let mut body = raw.get(split + 4..).unwrap_or(&[]).to_vec();
+    if header("transfer-encoding") == "chunked" {
+        body = dechunk_complete(&body);
+    }
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok());
+    RawResp {
+        status: status.unwrap_or(0),
+        ctype: header("content-type"),
+        body: match res {
+            Ok(()) => String::from_utf8_lossy(&body).into_owned(),
+            Err(e) => format!("<io error: {e}>"),
+        },
+    }
+}
+
+/// The complete chunks of a (possibly unfinished) chunked body.
+pub fn dechunk_complete(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = String::from_utf8_lossy(&b[..eol]);
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16);
+        let Some(n) = size.ok().filter(|&n| n > 0 && b.len() >= eol + 2 + n) else {
+            break;
+        };
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = b.get(eol + 4 + n..).unwrap_or(&[]);
+    }
+    out
+}

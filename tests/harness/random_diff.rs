@@ -71,6 +71,51 @@ pub fn bytes_as_strings(debug: &str) -> String {
     out
 }
 
+/// A gRPC call's answer as the differential tests compare it: the
+/// response (made a `Resp` by `f`), or the status's code and message; a
+/// call past its bound is DeadlineExceeded "(test: call timed out)".
+pub fn answer<T, R>(
+    r: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
+    f: fn(T) -> R,
+) -> Result<R, (tonic::Code, String)> {
+    match r {
+        Ok(Ok(r)) => Ok(f(r.into_inner())),
+        Ok(Err(s)) => Err((s.code(), s.message().to_string())),
+        Err(_) => Err((
+            tonic::Code::DeadlineExceeded,
+            "(test: call timed out)".into(),
+        )),
+    }
+}
+
+/// A revision to ask for: 0, one past the head, the head, any up to it,
+/// or mostly one of `seen` (revisions answers named lately).
+pub fn recent_rev(rng: &mut StdRng, head: i64, seen: &[i64]) -> i64 {
+    match rng.random_range(0..10) {
+        0 => 0,
+        1 => head + 1,
+        2 => head,
+        3 => rng.random_range(1..=head.max(1)),
+        _ if !seen.is_empty() => seen[rng.random_range(0..seen.len())],
+        _ => head,
+    }
+}
+
+/// The draws of a generator holding a seeded `StdRng`.
+pub trait Dice {
+    fn rng(&mut self) -> &mut StdRng;
+
+    /// True with probability `p`.
+    fn p(&mut self, p: f64) -> bool {
+        self.rng().random_bool(p)
+    }
+
+    /// One of `xs`.
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.rng().random_range(0..xs.len())]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,7 +82,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use retcd_api::authpb::Permission;
 use retcd_api::etcdserverpb as pb;
-use retcd_tests::random_diff::{bytes_as_strings as readable, env_u64, prefix_end};
+use retcd_tests::random_diff::{bytes_as_strings as readable, env_u64, prefix_end, Dice};
 use retcd_tests::{
     bounded, etcd351_bin, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST,
 };
@@ -888,15 +888,13 @@ struct Gen {
     avoid: Avoid,
 }
 
+impl Dice for Gen {
+    fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+}
+
 impl Gen {
-    fn p(&mut self, p: f64) -> bool {
-        self.rng.random_bool(p)
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.rng.random_range(0..xs.len())]
-    }
-
     fn key(&mut self) -> Vec<u8> {
         self.pick(&KEYS).to_vec()
     }

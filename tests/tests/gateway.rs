@@ -22,10 +22,9 @@
 //! too: its status and first lines while a key is put. `RETCD_TEST_TRACE=1`
 //! prints each line as it happens.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use retcd_tests::http::{raw_exchange, RawResp as Resp};
 use retcd_tests::limit::SHORT as LIMIT;
 use retcd_tests::{bounded, normalize_text, test_flavor, Cluster, Flavor};
 use serde_json::Value;
@@ -138,72 +137,18 @@ $lkey /leader/key
 200 POST /v3beta/kv/range {"key":"@foo"}
 "#;
 
-/// Status, content type (without parameters) and body of a response.
-struct Resp {
-    status: u16,
-    ctype: String,
-    body: String,
-}
-
 /// One HTTP/1.1 request (`Connection: close`); reads until EOF or `until`.
 fn http(port: u16, method: &str, path: &str, auth: &str, body: &str, until: Instant) -> Resp {
-    let mut raw = Vec::new();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let res = TcpStream::connect_timeout(&addr, IO_TIMEOUT).and_then(|mut s| {
-        let auth: String = auth
-            .lines()
-            .map(|t| format!("Authorization: {t}\r\n"))
-            .collect();
-        let head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}");
-        let len = body.len();
-        let head = format!("{head}Content-Type: application/json\r\nContent-Length: {len}\r\n");
-        write!(s, "{head}Connection: close\r\n\r\n{body}")?;
-        let mut buf = [0u8; 8192];
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            s.set_read_timeout(Some(left.max(Duration::from_millis(10))))?;
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => raw.extend_from_slice(&buf[..n]),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    });
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n");
-    let split = split.unwrap_or(raw.len());
-    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-    let header = |name: &str| {
-        let mut kv = head.lines().skip(1).filter_map(|l| l.split_once(':'));
-        let v = kv.find(|(k, _)| k.trim() == name).map(|(_, v)| v.trim());
-        v.unwrap_or("").split(';').next().unwrap_or("").to_string()
-    };
-    let mut body = raw.get(split + 4..).unwrap_or(&[]).to_vec();
-    if header("transfer-encoding") == "chunked" {
-        body = dechunk(&body);
-    }
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok());
-    let body = String::from_utf8_lossy(&body).into_owned();
-    Resp {
-        status: status.unwrap_or(0),
-        ctype: header("content-type"),
-        body: res.map_or_else(|e| format!("<io error: {e}>"), |()| body),
-    }
-}
-
-/// The complete chunks of a (possibly unfinished) chunked body.
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let size = String::from_utf8_lossy(&b[..eol]);
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16);
-        let Some(n) = size.ok().filter(|&n| n > 0 && b.len() >= eol + 2 + n) else {
-            break;
-        };
-        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
-        b = b.get(eol + 4 + n..).unwrap_or(&[]);
-    }
-    out
+    let auth: String = auth
+        .lines()
+        .map(|t| format!("Authorization: {t}\r\n"))
+        .collect();
+    let len = body.len();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {len}\r\nConnection: close\r\n\r\n{body}"
+    );
+    raw_exchange(port, request.as_bytes(), until)
 }
 
 /// JSON with object keys in the server's order (the workspace's serde_json

@@ -96,15 +96,14 @@
 //! steps are printed; `RETCD_TEST_TRACE=1` prints every step.
 
 use std::collections::BTreeMap;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use retcd_tests::random_diff::{env_u64, prefix_end};
+use retcd_tests::http::{raw_exchange, RawResp as Resp};
+use retcd_tests::random_diff::{env_u64, prefix_end, recent_rev, Dice};
 use retcd_tests::{bounded, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST};
 use serde_json::{Map, Value};
 
@@ -396,15 +395,13 @@ struct Gen {
     tags: Vec<String>,
 }
 
+impl Dice for Gen {
+    fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+}
+
 impl Gen {
-    fn p(&mut self, p: f64) -> bool {
-        self.rng.random_bool(p)
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.rng.random_range(0..xs.len())]
-    }
-
     fn tag(&mut self, t: impl Into<String>) {
         let t = t.into();
         if !self.tags.contains(&t) {
@@ -436,14 +433,7 @@ impl Gen {
 
     /// A revision seen lately, or one near the head.
     fn rev(&mut self) -> i64 {
-        match self.rng.random_range(0..10) {
-            0 => 0,
-            1 => self.head + 1,
-            2 => self.head,
-            3 => self.rng.random_range(1..=self.head.max(1)),
-            _ if !self.revs.is_empty() => self.pick(&self.revs.clone()),
-            _ => self.head,
-        }
+        recent_rev(&mut self.rng, self.head, &self.revs)
     }
 
     /// A lease to name: one a server chose (maybe revoked since), one
@@ -1239,75 +1229,15 @@ fn collect_revisions(v: &Value, out: &mut Vec<i64>) {
 // ---------------------------------------------------------------------
 // HTTP.
 
-/// Status, content type (without parameters) and body of a response.
-#[derive(Debug, Clone)]
-struct Resp {
-    status: u16,
-    ctype: String,
-    body: String,
-}
-
 /// One HTTP/1.1 `POST` (`Connection: close`), read until EOF.
 fn post(port: u16, path: &str, ctype: Option<&str>, body: &str) -> Resp {
-    let mut raw = Vec::new();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let until = Instant::now() + IO_TIMEOUT;
-    let res = TcpStream::connect_timeout(&addr, IO_TIMEOUT).and_then(|mut s| {
-        let ct = ctype.map_or(String::new(), |c| format!("Content-Type: {c}\r\n"));
-        let len = body.len();
-        write!(
-            s,
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{ct}Content-Length: {len}\r\n\
-             Connection: close\r\n\r\n{body}"
-        )?;
-        let mut buf = [0u8; 8192];
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            s.set_read_timeout(Some(left.max(Duration::from_millis(10))))?;
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => raw.extend_from_slice(&buf[..n]),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    });
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n");
-    let split = split.unwrap_or(raw.len());
-    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-    let header = |name: &str| {
-        let mut kv = head.lines().skip(1).filter_map(|l| l.split_once(':'));
-        let v = kv.find(|(k, _)| k.trim() == name).map(|(_, v)| v.trim());
-        v.unwrap_or("").split(';').next().unwrap_or("").to_string()
-    };
-    let mut body = raw.get(split + 4..).unwrap_or(&[]).to_vec();
-    if header("transfer-encoding") == "chunked" {
-        body = dechunk(&body);
-    }
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok());
-    Resp {
-        status: status.unwrap_or(0),
-        ctype: header("content-type"),
-        body: match res {
-            Ok(()) => String::from_utf8_lossy(&body).into_owned(),
-            Err(e) => format!("<io error: {e}>"),
-        },
-    }
-}
-
-/// The complete chunks of a chunked body.
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let size = String::from_utf8_lossy(&b[..eol]);
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16);
-        let Some(n) = size.ok().filter(|&n| n > 0 && b.len() >= eol + 2 + n) else {
-            break;
-        };
-        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
-        b = b.get(eol + 4 + n..).unwrap_or(&[]);
-    }
-    out
+    let ct = ctype.map_or(String::new(), |c| format!("Content-Type: {c}\r\n"));
+    let len = body.len();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{ct}Content-Length: {len}\r\n\
+         Connection: close\r\n\r\n{body}"
+    );
+    raw_exchange(port, request.as_bytes(), Instant::now() + IO_TIMEOUT)
 }
 
 // ---------------------------------------------------------------------

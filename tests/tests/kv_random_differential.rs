@@ -39,7 +39,9 @@ use retcd_api::etcdserverpb::{
     PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, TxnRequest, TxnResponse,
 };
 use retcd_api::mvccpb::KeyValue;
-use retcd_tests::random_diff::{bytes_as_strings, env_u64, prefix_end, range_end};
+use retcd_tests::random_diff::{
+    answer, bytes_as_strings, env_u64, prefix_end, range_end, recent_rev, Dice,
+};
 use retcd_tests::{bounded, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST};
 use tokio::time::timeout;
 use tonic::transport::Channel;
@@ -222,29 +224,16 @@ impl Server {
     /// Sends `req` (materialised for this server) and returns its answer,
     /// normalised, and records a granted lease.
     async fn call(&mut self, req: &Req) -> Answer {
-        fn ans<T>(
-            r: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
-            f: fn(T) -> Resp,
-        ) -> Answer {
-            match r {
-                Ok(Ok(r)) => Ok(f(r.into_inner())),
-                Ok(Err(s)) => Err((s.code(), s.message().to_string())),
-                Err(_) => Err((
-                    tonic::Code::DeadlineExceeded,
-                    "(test: call timed out)".into(),
-                )),
-            }
-        }
         let mut kv = KvClient::new(self.chan.clone());
         let mut ls = LeaseClient::new(self.chan.clone());
         let mut a = match materialise(req, &self.leases) {
-            Req::Put(r) => ans(timeout(CALL, kv.put(r)).await, Resp::Put),
-            Req::Range(r) => ans(timeout(CALL, kv.range(r)).await, Resp::Range),
-            Req::Delete(r) => ans(timeout(CALL, kv.delete_range(r)).await, Resp::Delete),
-            Req::Txn(r) => ans(timeout(CALL, kv.txn(r)).await, Resp::Txn),
-            Req::Compact(r) => ans(timeout(CALL, kv.compact(r)).await, Resp::Compact),
-            Req::Grant(r) => ans(timeout(CALL, ls.lease_grant(r)).await, Resp::Grant),
-            Req::Revoke(r) => ans(timeout(CALL, ls.lease_revoke(r)).await, Resp::Revoke),
+            Req::Put(r) => answer(timeout(CALL, kv.put(r)).await, Resp::Put),
+            Req::Range(r) => answer(timeout(CALL, kv.range(r)).await, Resp::Range),
+            Req::Delete(r) => answer(timeout(CALL, kv.delete_range(r)).await, Resp::Delete),
+            Req::Txn(r) => answer(timeout(CALL, kv.txn(r)).await, Resp::Txn),
+            Req::Compact(r) => answer(timeout(CALL, kv.compact(r)).await, Resp::Compact),
+            Req::Grant(r) => answer(timeout(CALL, ls.lease_grant(r)).await, Resp::Grant),
+            Req::Revoke(r) => answer(timeout(CALL, ls.lease_revoke(r)).await, Resp::Revoke),
         };
         if let (Ok(Resp::Grant(g)), Req::Grant(asked)) = (&a, req) {
             self.leases.push((g.id, asked.id == 0));
@@ -265,15 +254,13 @@ struct Gen {
     grants: usize,
 }
 
+impl Dice for Gen {
+    fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+}
+
 impl Gen {
-    fn p(&mut self, p: f64) -> bool {
-        self.rng.random_bool(p)
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.rng.random_range(0..xs.len())]
-    }
-
     fn key(&mut self) -> Vec<u8> {
         if self.p(0.01) {
             Vec::new() // refused: "key is not provided"
@@ -292,14 +279,7 @@ impl Gen {
 
     /// A revision seen lately, or one near the head.
     fn rev(&mut self) -> i64 {
-        match self.rng.random_range(0..10) {
-            0 => 0,
-            1 => self.head + 1,
-            2 => self.head,
-            3 => self.rng.random_range(1..=self.head.max(1)),
-            _ if !self.revs.is_empty() => self.pick(&self.revs.clone()),
-            _ => self.head,
-        }
+        recent_rev(&mut self.rng, self.head, &self.revs)
     }
 
     /// A lease to use: a granted one (maybe revoked since), none, or one

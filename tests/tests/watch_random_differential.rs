@@ -79,7 +79,7 @@ use retcd_api::etcdserverpb::{
 };
 use retcd_api::mvccpb::{event::EventType, Event, KeyValue};
 use retcd_tests::random_diff::{
-    bytes_as_strings as readable, env_u64, prefix_end, range_end, show_bytes,
+    answer, bytes_as_strings as readable, env_u64, prefix_end, range_end, show_bytes, Dice,
 };
 use retcd_tests::{bounded, http_get, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST};
 use tokio::sync::mpsc;
@@ -571,19 +571,6 @@ impl Side {
     /// Runs `op` (a KV call, or a request sent on a stream); a KV op's
     /// answer, normalised.
     async fn run(&mut self, op: &Op) -> Option<Answer> {
-        fn ans<T>(
-            r: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
-            f: fn(T) -> Resp,
-        ) -> Answer {
-            match r {
-                Ok(Ok(r)) => Ok(f(r.into_inner())),
-                Ok(Err(s)) => Err((s.code(), s.message().to_string())),
-                Err(_) => Err((
-                    tonic::Code::DeadlineExceeded,
-                    "(test: call timed out)".into(),
-                )),
-            }
-        }
         let mut kv = KvClient::new(self.chan.clone());
         let mut ls = LeaseClient::new(self.chan.clone());
         let send = |s: usize, r: RequestUnion| {
@@ -594,12 +581,12 @@ impl Side {
             });
         };
         let mut a = match op.clone() {
-            Op::Put(r) => ans(timeout(CALL, kv.put(r)).await, Resp::Put),
-            Op::Delete(r) => ans(timeout(CALL, kv.delete_range(r)).await, Resp::Delete),
-            Op::Txn(r) => ans(timeout(CALL, kv.txn(r)).await, Resp::Txn),
-            Op::Compact(r) => ans(timeout(CALL, kv.compact(r)).await, Resp::Compact),
-            Op::Grant(r) => ans(timeout(CALL, ls.lease_grant(r)).await, Resp::Grant),
-            Op::Revoke(r) => ans(timeout(CALL, ls.lease_revoke(r)).await, Resp::Revoke),
+            Op::Put(r) => answer(timeout(CALL, kv.put(r)).await, Resp::Put),
+            Op::Delete(r) => answer(timeout(CALL, kv.delete_range(r)).await, Resp::Delete),
+            Op::Txn(r) => answer(timeout(CALL, kv.txn(r)).await, Resp::Txn),
+            Op::Compact(r) => answer(timeout(CALL, kv.compact(r)).await, Resp::Compact),
+            Op::Grant(r) => answer(timeout(CALL, ls.lease_grant(r)).await, Resp::Grant),
+            Op::Revoke(r) => answer(timeout(CALL, ls.lease_revoke(r)).await, Resp::Revoke),
             Op::Create(s, c) => {
                 send(s, RequestUnion::CreateRequest(c));
                 return None;
@@ -721,15 +708,13 @@ struct Gen {
     watchers: Vec<BTreeMap<i64, Watcher>>,
 }
 
+impl Dice for Gen {
+    fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+}
+
 impl Gen {
-    fn p(&mut self, p: f64) -> bool {
-        self.rng.random_bool(p)
-    }
-
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.rng.random_range(0..xs.len())]
-    }
-
     fn key(&mut self) -> Vec<u8> {
         self.pick(&KEYS).to_vec()
     }
