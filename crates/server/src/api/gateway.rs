@@ -129,13 +129,15 @@ where
 /// value counts (what follows it is ignored); a body that is empty or
 /// `null` is the default request (`None`); a member set to `null` is
 /// absent; of a member given twice the last counts, and of a member given
-/// by its .proto name and by its camelCase one, the camelCase one.
+/// by its .proto name and by its camelCase one, the camelCase one (even a
+/// `null` one).
 fn go_json(body: &[u8]) -> Result<Option<serde_json::Value>, serde_json::Error> {
     use serde_json::Value;
     fn clean(v: &mut Value) {
         match v {
             Value::Object(m) => {
-                m.retain(|_, v| !v.is_null());
+                // the camelCase member wins even when it is `null` (then
+                // the field keeps its default), as in jsonpb
                 let shadowed: Vec<String> = m
                     .keys()
                     .filter(|k| k.contains('_') && m.contains_key(&camel(k)))
@@ -144,6 +146,7 @@ fn go_json(body: &[u8]) -> Result<Option<serde_json::Value>, serde_json::Error> 
                 for k in shadowed {
                     m.remove(&k);
                 }
+                m.retain(|_, v| !v.is_null());
                 m.values_mut().for_each(clean);
             }
             Value::Array(a) => a.iter_mut().for_each(clean),
