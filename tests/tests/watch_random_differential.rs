@@ -1190,6 +1190,17 @@ async fn watch_random_differential() {
     .await;
 }
 
+/// A Txn running `ops` (its success branch, no compares).
+fn txn(ops: Vec<request_op::Request>) -> Op {
+    Op::Txn(TxnRequest {
+        success: ops
+            .into_iter()
+            .map(|r| RequestOp { request: Some(r) })
+            .collect(),
+        ..Default::default()
+    })
+}
+
 /// Steps every run starts with (before the seeded ones): the differences
 /// the random steps found in retcd, each reduced to a few steps, as
 /// regression tests against etcd's answers.
@@ -1218,15 +1229,6 @@ fn prelude() -> Vec<Op> {
         request_op::Request::RequestDeleteRange(DeleteRangeRequest {
             key: b"c".to_vec(),
             range_end: vec![0],
-            ..Default::default()
-        })
-    };
-    let txn = |ops: Vec<request_op::Request>| {
-        Op::Txn(TxnRequest {
-            success: ops
-                .into_iter()
-                .map(|r| RequestOp { request: Some(r) })
-                .collect(),
             ..Default::default()
         })
     };
@@ -1291,15 +1293,6 @@ fn coda(i: u64, head: i64) -> Op {
         value: v.to_vec(),
         prev_kv: true,
         ..Default::default()
-    };
-    let txn = |ops: Vec<request_op::Request>| {
-        Op::Txn(TxnRequest {
-            success: ops
-                .into_iter()
-                .map(|r| RequestOp { request: Some(r) })
-                .collect(),
-            ..Default::default()
-        })
     };
     match i {
         0 => Op::Put(put(KEY, b"1")),

@@ -60,7 +60,12 @@ impl KvStore {
         let path = TxnPath::of(req, &|c| {
             Ok(compare_holds(c, &range(&compare_range(c))?.kvs))
         })?;
-        check_ranges(req, &path, p.rev, p.compact_rev)?;
+        path.walk(req, &mut |o| match &o.request {
+            Some(request_op::Request::RequestRange(r)) => {
+                range::check_txn_range(r, p.rev, p.compact_rev)
+            }
+            _ => Ok(()),
+        })?;
         let resp = eval(req, &path, &range)?;
         Ok(TxnResponse {
             header: Some(ResponseHeader {
@@ -70,31 +75,6 @@ impl KvStore {
             ..resp
         })
     }
-}
-
-/// [`range::check_txn_range`] for every range on `path`.
-fn check_ranges(
-    req: &TxnRequest,
-    path: &TxnPath,
-    cur_rev: i64,
-    compact_rev: i64,
-) -> Result<(), MvccError> {
-    let mut nested = path.nested.iter();
-    for o in path.ops(req) {
-        match &o.request {
-            Some(request_op::Request::RequestRange(r)) => {
-                range::check_txn_range(r, cur_rev, compact_rev)?
-            }
-            Some(request_op::Request::RequestTxn(t)) => check_ranges(
-                t,
-                nested.next().expect("a path per nested txn"),
-                cur_rev,
-                compact_rev,
-            )?,
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// Runs the ops on `path`.

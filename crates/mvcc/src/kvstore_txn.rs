@@ -109,6 +109,25 @@ impl TxnPath {
             &req.failure
         }
     }
+
+    /// Calls `f` on every op this path runs, in order: a nested txn's ops
+    /// in its place (not the nested txn itself).
+    pub(crate) fn walk<'r>(
+        &self,
+        req: &'r TxnRequest,
+        f: &mut dyn FnMut(&'r RequestOp) -> Result<(), MvccError>,
+    ) -> Result<(), MvccError> {
+        let mut nested = self.nested.iter();
+        for o in self.ops(req) {
+            match &o.request {
+                Some(request_op::Request::RequestTxn(t)) => {
+                    nested.next().expect("a path per nested txn").walk(t, f)?
+                }
+                _ => f(o)?,
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The open write transaction; see the module documentation. Dropping it
@@ -396,28 +415,9 @@ impl<'a> WriteBatch<'a> {
             changes: 0,
         };
         let resp = self.delete_in(&mut op, req);
-        let resp = self.applied_whole(&op, resp)?;
+        let resp = applied_whole(&op, resp)?;
         self.finish(op);
         Ok(resp)
-    }
-
-    /// An operation's result once it ran: an error before it changed
-    /// anything is the client's answer; one after it changed some keys
-    /// (a row that cannot be read: the checks before it found nothing
-    /// wrong) would leave half of it in the store and its revision to be
-    /// used again, so the member stops there, as etcd does ("unexpected
-    /// error during txn").
-    fn applied_whole<T>(&self, op: &Op, r: Result<T, MvccError>) -> Result<T, MvccError> {
-        match r {
-            Err(e) if op.changes > 0 => {
-                panic!(
-                    "mvcc: unexpected error after {} changes at revision {}: {e}",
-                    op.changes,
-                    op.write_rev()
-                )
-            }
-            r => r,
-        }
     }
 
     fn delete_in(
@@ -498,10 +498,10 @@ impl<'a> WriteBatch<'a> {
         check_txn_requests(req)?;
         let path = TxnPath::of(req, &|c| self.apply_compare(&op, c))?;
         // as etcd: first the puts of the whole chosen path, then the ranges
-        self.check_txn(&op, req, &path, leases, &mut Vec::new(), true)?;
-        self.check_txn(&op, req, &path, leases, &mut Vec::new(), false)?;
+        self.check_txn(&op, req, &path, leases, true)?;
+        self.check_txn(&op, req, &path, leases, false)?;
         let resp = self.apply_txn(&mut op, req, &path);
-        let resp = self.applied_whole(&op, resp)?;
+        let resp = applied_whole(&op, resp)?;
         self.finish(op);
         Ok(TxnResponse {
             header: header(op.read_rev()),
@@ -518,28 +518,19 @@ impl<'a> WriteBatch<'a> {
 
     /// etcd's checkRequestPut and checkRequestRange over the chosen branch,
     /// plus: an ignore_value/ignore_lease put must find its key at the point
-    /// it runs (etcd would panic there), tracked through `overlay`.
-    fn check_txn<'r>(
+    /// it runs (etcd would panic there), tracked through the puts and
+    /// deletes before it.
+    fn check_txn(
         &self,
         op: &Op,
-        req: &'r TxnRequest,
+        req: &TxnRequest,
         path: &TxnPath,
         leases: &dyn LeaseLookup,
-        overlay: &mut Vec<(bool, KeyRange<'r>)>,
         puts: bool,
     ) -> Result<(), MvccError> {
-        let ops = path.ops(req);
-        let mut nested = path.nested.iter();
-        for o in ops {
+        let mut overlay: Vec<(bool, KeyRange<'_>)> = Vec::new();
+        path.walk(req, &mut |o| {
             match &o.request {
-                Some(request_op::Request::RequestTxn(t)) => self.check_txn(
-                    op,
-                    t,
-                    nested.next().expect("path per nested txn"),
-                    leases,
-                    overlay,
-                    puts,
-                )?,
                 Some(request_op::Request::RequestPut(p)) if puts => {
                     if p.ignore_value || p.ignore_lease {
                         let before = self.get_kv(op, &p.key)?.is_some();
@@ -565,8 +556,8 @@ impl<'a> WriteBatch<'a> {
                 }
                 _ => {}
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     fn apply_txn(
@@ -680,6 +671,25 @@ impl Drop for WriteBatch<'_> {
             // undo this batch's index changes
             self.store.reload_index();
         }
+    }
+}
+
+/// An operation's result once it ran: an error before it changed
+/// anything is the client's answer; one after it changed some keys
+/// (a row that cannot be read: the checks before it found nothing
+/// wrong) would leave half of it in the store and its revision to be
+/// used again, so the member stops there, as etcd does ("unexpected
+/// error during txn").
+fn applied_whole<T>(op: &Op, r: Result<T, MvccError>) -> Result<T, MvccError> {
+    match r {
+        Err(e) if op.changes > 0 => {
+            panic!(
+                "mvcc: unexpected error after {} changes at revision {}: {e}",
+                op.changes,
+                op.write_rev()
+            )
+        }
+        r => r,
     }
 }
 

@@ -64,16 +64,11 @@ impl State {
             return Ok(());
         }
         let perms = self.intervals(user, want);
-        let ok = if range_end.is_empty() {
-            perms.iter().any(|iv| contains_key(iv, key))
-        } else {
-            let request = interval(key, range_end);
-            if is_empty(&request) {
-                // permitted where its first key is (see `is_empty`)
-                perms.iter().any(|iv| contains_key(iv, key))
-            } else {
-                covers(perms, &request)
-            }
+        // a key alone, or an empty or reversed range (see `is_empty`): where
+        // a permission holds the key
+        let ok = match (!range_end.is_empty()).then(|| interval(key, range_end)) {
+            Some(request) if !is_empty(&request) => covers(perms, &request),
+            _ => perms.iter().any(|iv| contains_key(iv, key)),
         };
         if ok {
             Ok(())

@@ -1,6 +1,7 @@
 //! Request checks done before proposing, with etcd's errors (etcd's
-//! v3rpc/key.go): empty keys, unknown sort options, ignore_value/ignore_lease misuse, too many txn
-//! operations, and puts/deletes that overlap within one txn.
+//! v3rpc/key.go): empty keys, unknown sort options, ignore_value /
+//! ignore_lease misuse, too many txn operations, ops without a request,
+//! and puts/deletes that overlap within one txn.
 
 use crate::error::ServerError;
 use retcd_api::etcdserverpb::range_request::{SortOrder, SortTarget};
