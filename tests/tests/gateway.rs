@@ -110,6 +110,16 @@ auth=$token 200 POST /v3/kv/range {"key":"@foo"}
 400 POST /v3/auth/disable {}
 auth=$token 200 POST /v3/auth/disable {}
 200 POST /v3/kv/range {"key":"@foo"}
+# Enum numbers outside the enums pass through the gateway (jsonpb): a
+# permission of type 7 is stored and shown as a number; a compare with an
+# unknown result or target answers; a quoted number is no enum name (the
+# wording of JSON decoding errors is not compared: Go's and serde's differ).
+200 POST /v3/auth/role/add {"name":"odd"}
+200 POST /v3/auth/role/grant {"name":"odd","perm":{"permType":7,"key":"@odd"}}
+200 POST /v3/auth/role/get {"role":"odd"}
+? /perm/0/permType 7
+400:code POST /v3/auth/role/grant {"name":"odd","perm":{"permType":"7","key":"@odd"}}
+200 POST /v3/kv/txn {"compare":[{"target":9,"result":"EQUAL","key":"@foo","value":"@baz"},{"target":"VALUE","result":7,"key":"@foo","value":"@baz"}]}
 # Lock, election
 200 POST /v3/lease/grant {"TTL":60}
 $lease2 /ID

@@ -149,6 +149,91 @@ pub mod private {
         }
     }
 
+    /// An enum field as `jsonpb` reads it: the name of one of the enum's
+    /// values, or any number that fits an `int32` (a value the enum does
+    /// not know is kept, as protobuf keeps it). The generated code reads
+    /// enum fields through this (`retcd-api`'s build script rewrites it).
+    #[derive(Debug, Copy, Clone, PartialEq, Eq)]
+    pub struct OpenEnum<T>(pub i32, std::marker::PhantomData<T>);
+
+    struct OpenEnumVisitor<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T> Visitor<'de> for OpenEnumVisitor<T>
+    where
+        T: Deserialize<'de> + Into<i32>,
+    {
+        type Value = i32;
+
+        fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            formatter.write_str("an enum value's name or an int32")
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<i32, E>
+        where
+            E: serde::de::Error,
+        {
+            let de = serde::de::value::StrDeserializer::<'_, E>::new(v);
+            T::deserialize(de).map(Into::into)
+        }
+
+        fn visit_i64<E>(self, v: i64) -> Result<i32, E>
+        where
+            E: serde::de::Error,
+        {
+            i32::try_from(v).map_err(|_| E::custom(format!("cannot unmarshal number {v} into an enum")))
+        }
+
+        fn visit_u64<E>(self, v: u64) -> Result<i32, E>
+        where
+            E: serde::de::Error,
+        {
+            i32::try_from(v).map_err(|_| E::custom(format!("cannot unmarshal number {v} into an enum")))
+        }
+
+        /// serde_json reads `-0` as a float; Go reads it as 0 (and refuses
+        /// `1.0` or `1e0` for an integer).
+        fn visit_f64<E>(self, v: f64) -> Result<i32, E>
+        where
+            E: serde::de::Error,
+        {
+            if v == 0.0 && v.is_sign_negative() {
+                Ok(0)
+            } else {
+                Err(E::custom(format!("cannot unmarshal number {v} into an enum")))
+            }
+        }
+    }
+
+    impl<'de, T> Deserialize<'de> for OpenEnum<T>
+    where
+        T: Deserialize<'de> + Into<i32>,
+    {
+        fn deserialize<D>(deserializer: D) -> Result<Self, D::Error>
+        where
+            D: serde::Deserializer<'de>,
+        {
+            let v = deserializer.deserialize_any(OpenEnumVisitor::<T>(std::marker::PhantomData))?;
+            Ok(Self(v, std::marker::PhantomData))
+        }
+    }
+
+    /// An enum field as `jsonpb` writes it: a known value by its name, any
+    /// other number as a bare number.
+    #[derive(Debug)]
+    pub struct OpenEnumValue<T>(pub Result<T, i32>);
+
+    impl<T: serde::Serialize> serde::Serialize for OpenEnumValue<T> {
+        fn serialize<S>(&self, serializer: S) -> Result<S::Ok, S::Error>
+        where
+            S: serde::Serializer,
+        {
+            match &self.0 {
+                Ok(known) => known.serialize(serializer),
+                Err(n) => serializer.serialize_i32(*n),
+            }
+        }
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
