@@ -274,7 +274,7 @@ fn civil(days: i64) -> (i64, u32, u32) {
 /// A JSON string for a zap log field.
 pub fn zap_str(s: &str) -> String {
     let mut out = String::new();
-    gofmt::json_string(&mut out, s.as_bytes());
+    gofmt::json_string(&mut out, &crate::raw::bytes(s));
     out.replace("\\u003c", "<")
         .replace("\\u003e", ">")
         .replace("\\u0026", "&")

@@ -568,6 +568,76 @@ fn flag_usages(flags: &[Flag]) -> String {
     out
 }
 
+/// pflag's `FlagUsages`: one line per flag, sorted by name, the usage
+/// text aligned one column past the longest `--name type`, a non-zero
+/// default after it.
+fn pflag_usages(flags: &[Flag]) -> String {
+    let mut fs: Vec<&Flag> = flags.iter().filter(|f| !f.hidden).collect();
+    fs.sort_by_key(|f| f.name);
+    fs.dedup_by_key(|f| f.name);
+    let lines: Vec<(String, String)> = fs
+        .iter()
+        .map(|f| {
+            let mut line = match f.short {
+                Some(s) => format!("  -{s}, --{}", f.name),
+                None => format!("      --{}", f.name),
+            };
+            let type_name = match f.kind {
+                Kind::Bool => "",
+                Kind::Str => "string",
+                Kind::Int => "int",
+                Kind::Uint => "uint",
+                Kind::Duration => "duration",
+                Kind::Strings => "strings",
+                Kind::Float => "float",
+            };
+            if !type_name.is_empty() {
+                line += &format!(" {type_name}");
+            }
+            let zero = match f.kind {
+                Kind::Bool => f.default == "false",
+                Kind::Str => f.default.is_empty(),
+                Kind::Duration => f.default == "0" || f.default == "0s",
+                Kind::Strings => f.default.is_empty() || f.default == "[]",
+                _ => f.default == "0",
+            };
+            let mut usage = f.usage.to_string();
+            if !zero {
+                usage += &match f.kind {
+                    Kind::Str => format!(" (default {})", gofmt::quote(f.default)),
+                    _ => format!(" (default {})", f.default),
+                };
+            }
+            (line, usage)
+        })
+        .collect();
+    let width = lines.iter().map(|(l, _)| l.len() + 1).max().unwrap_or(0);
+    lines
+        .iter()
+        .map(|(l, u)| format!("{l} {} {u}\n", " ".repeat(width - l.len())))
+        .collect()
+}
+
+/// cobra's default usage text (what a command outside etcdctl's root
+/// prints on a flag error, as `txn` runs its put/get/del lines under a
+/// bare root): the use line, then the command's own flags and `--help`.
+pub fn default_usage(root: &Cmd, path: &[&str]) -> String {
+    let c = lookup(root, path);
+    let mut flags = c.flags.clone();
+    flags.push(short(
+        "help",
+        'h',
+        Kind::Bool,
+        "false",
+        leak(format!("help for {}", c.name)),
+    ));
+    let mut useline = format!(" {}", c.use_);
+    if !useline.contains("[flags]") {
+        useline.push_str(" [flags]");
+    }
+    format!("Usage:\n  {useline}\n\nFlags:\n{}\n", pflag_usages(&flags))
+}
+
 /// Every command below `c`, depth first, cobra-sorted by name.
 fn descendants<'a>(c: &'a Cmd, prefix: &str, out: &mut Vec<(String, &'a Cmd)>) {
     let mut subs: Vec<&Cmd> = c.subs.iter().collect();

@@ -4,9 +4,9 @@
 //! escaping, `text/tabwriter` (usage pages), go-humanize's `Bytes` and
 //! `encoding/csv` (pflag's string slices).
 
-/// `strconv.Quote`.
+/// `strconv.Quote` (of the bytes `s` carries, see `raw`).
 pub fn quote(s: &str) -> String {
-    quote_bytes(s.as_bytes())
+    quote_bytes(&crate::raw::bytes(s))
 }
 
 /// `strconv.Quote` of arbitrary bytes (Go strings are byte strings).

@@ -33,7 +33,7 @@ impl Obj {
             self.s.push(',');
         }
         self.first = false;
-        gofmt::json_string(&mut self.s, k.as_bytes());
+        gofmt::json_string(&mut self.s, &crate::raw::bytes(k));
         self.s.push(':');
     }
 
@@ -77,7 +77,7 @@ impl Obj {
 
     pub fn str_always(&mut self, k: &str, v: &str) -> &mut Obj {
         self.key(k);
-        gofmt::json_string(&mut self.s, v.as_bytes());
+        gofmt::json_string(&mut self.s, &crate::raw::bytes(v));
         self
     }
 
@@ -135,7 +135,7 @@ impl Obj {
 
 pub fn string(s: &str) -> String {
     let mut out = String::new();
-    gofmt::json_string(&mut out, s.as_bytes());
+    gofmt::json_string(&mut out, &crate::raw::bytes(s));
     out
 }
 

@@ -11,6 +11,7 @@ mod cobra;
 mod gofmt;
 mod json;
 mod printer;
+mod raw;
 mod tree;
 
 use std::time::{Duration, Instant};
@@ -208,7 +209,11 @@ fn real_main() -> i32 {
         }
         return 1;
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // any bytes, as etcdctl takes them (carried in the text, see `raw`)
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| raw::text(std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str())))
+        .collect();
     let root = tree::root();
     let p = match cobra::parse(&root, &args) {
         Ok(p) => p,
@@ -253,7 +258,7 @@ fn real_main() -> i32 {
         Ok(()) => 0,
         Err(e) => {
             if !e.msg.is_empty() {
-                eprintln!("Error: {}", e.msg);
+                raw::eprint(&format!("Error: {}\n", e.msg));
             }
             e.code
         }

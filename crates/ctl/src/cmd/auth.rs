@@ -4,7 +4,7 @@ use etcd_client::{Permission, PermissionType, RoleRevokePermissionOptions, UserA
 
 use crate::client::{Conn, Exit, EXIT_BAD_ARGS, EXIT_ERROR};
 use crate::json::Obj;
-use crate::printer::{out, outln, Format, Printer};
+use crate::printer::{outln, Format, Printer};
 use crate::Ctx;
 
 use super::prefix_end;
@@ -109,8 +109,7 @@ pub async fn auth_status(ctx: &mut Ctx) -> Result<(), Exit> {
     );
     match pr.fmt {
         Format::Protobuf => {
-            use prost::Message as _;
-            out(&String::from_utf8_lossy(&r.encode_to_vec()));
+            crate::printer::pb(&r);
             Ok(())
         }
         _ => pr.with_json(
@@ -350,7 +349,7 @@ pub async fn user(ctx: &mut Ctx) -> Result<(), Exit> {
 /// `permRange`: the key and range end of a permission.
 fn perm_range(ctx: &Ctx, args: &[String]) -> Result<(Vec<u8>, Vec<u8>), Exit> {
     let (prefix, from_key) = (ctx.p.bool("prefix"), ctx.p.bool("from-key"));
-    let key = args[0].as_bytes().to_vec();
+    let key = crate::raw::vec(&args[0]);
     if key.is_empty() {
         if prefix && from_key {
             return Err(bad("--from-key and --prefix flags are mutually exclusive"));
@@ -374,12 +373,13 @@ fn perm_range(ctx: &Ctx, args: &[String]) -> Result<(Vec<u8>, Vec<u8>), Exit> {
         }
         return Ok((key, Vec::new()));
     }
-    if prefix || from_key {
-        return Err(bad(
-            "unexpected endkey argument with --prefix or --from-key flag",
-        ));
+    if prefix {
+        return Err(bad("unexpected endkey argument with --prefix flag"));
     }
-    Ok((key, args[1].as_bytes().to_vec()))
+    if from_key {
+        return Err(bad("unexpected endkey argument with --from-key flag"));
+    }
+    Ok((key, crate::raw::vec(&args[1])))
 }
 
 pub async fn role(ctx: &mut Ctx) -> Result<(), Exit> {

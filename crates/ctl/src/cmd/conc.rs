@@ -180,7 +180,7 @@ async fn wait_delete(c: &Conn, key: &[u8], rev: i64) -> R<()> {
 
 /// `waitDeletes`: until every key under `pfx` created at or before
 /// `max_rev` is gone.
-async fn wait_deletes(c: &Conn, pfx: &str, max_rev: i64) -> R<PbResponseHeader> {
+async fn wait_deletes(c: &Conn, pfx: &[u8], max_rev: i64) -> R<PbResponseHeader> {
     let mut kv = c.client.kv_client();
     loop {
         let o = top(SortOrder::Descend).with_max_create_revision(max_rev);
@@ -194,26 +194,27 @@ async fn wait_deletes(c: &Conn, pfx: &str, max_rev: i64) -> R<PbResponseHeader> 
 }
 
 /// The prefix `name/` and the session's key under it (`name/<lease>`).
-fn session_key(name: &str, s: &Session) -> (String, String) {
-    let pfx = format!("{name}/");
-    let key = format!("{pfx}{:x}", s.lease);
+fn session_key(name: &str, s: &Session) -> (Vec<u8>, Vec<u8>) {
+    let pfx = crate::raw::vec(&format!("{name}/"));
+    let key = [&pfx[..], format!("{:x}", s.lease).as_bytes()].concat();
     (pfx, key)
 }
 
 /// The compare "`key` was created at `rev`" (0: `key` does not exist).
-fn created_at(key: String, rev: i64) -> Compare {
+fn created_at(key: Vec<u8>, rev: i64) -> Compare {
     Compare::create_revision(key, CompareOp::Equal, rev)
 }
 
 /// A put of `key` attached to the session's lease.
-fn put_leased(key: String, val: &str, s: &Session) -> TxnOp {
+fn put_leased(key: Vec<u8>, val: &str, s: &Session) -> TxnOp {
+    let val = crate::raw::vec(val);
     TxnOp::put(key, val, Some(PutOptions::new().with_lease(s.lease)))
 }
 
 /// `concurrency.Mutex` on `name/`.
 struct Mutex {
-    pfx: String,
-    key: String,
+    pfx: Vec<u8>,
+    key: Vec<u8>,
     hdr: PbResponseHeader,
 }
 
@@ -309,13 +310,15 @@ pub async fn lock(ctx: &mut Ctx) -> Result<(), Exit> {
     let mut cancel = cancel_on_signal(Signals::new()?);
     let m = Mutex::lock(&c, &s, &name, &mut cancel).await.map_err(err)?;
     if !exec.is_empty() {
-        let mut cmd = std::process::Command::new(&exec[0]);
-        cmd.args(&exec[1..]);
+        use std::os::unix::ffi::OsStringExt as _;
+        let os = |s: &str| std::ffi::OsString::from_vec(crate::raw::vec(s));
+        let mut cmd = std::process::Command::new(os(&exec[0]));
+        cmd.args(exec[1..].iter().map(|a| os(a)));
         // Go's exec keeps the last of duplicate variables: the inherited
         // environment wins over the two it prepends.
         for (k, v) in [
-            ("ETCD_LOCK_KEY", m.key.clone()),
-            ("ETCD_LOCK_REV", m.hdr.revision.to_string()),
+            ("ETCD_LOCK_KEY", std::ffi::OsString::from_vec(m.key.clone())),
+            ("ETCD_LOCK_REV", m.hdr.revision.to_string().into()),
         ] {
             if std::env::var_os(k).is_none() {
                 cmd.env(k, v);
@@ -438,7 +441,7 @@ pub async fn elect(ctx: &mut Ctx) -> Result<(), Exit> {
 
 /// An election this client leads (or campaigns in).
 struct Leader {
-    key: String,
+    key: Vec<u8>,
     rev: i64,
 }
 
@@ -477,7 +480,7 @@ async fn campaign(
         let kvs = txn_range(&r, 0).kvs;
         let cur = kvs.first().cloned().unwrap_or_default();
         l.rev = cur.create_revision;
-        if cur.value != val.as_bytes() {
+        if cur.value != *crate::raw::bytes(val) {
             // Proclaim.
             let t = Txn::new()
                 .when(vec![created_at(key.clone(), l.rev)])
@@ -508,7 +511,7 @@ async fn campaign(
 /// `Election.Observe`, printing each leader proposal; returns when the
 /// observation is disrupted.
 async fn observe(c: &Conn, name: &str, pr: &Printer) {
-    let pfx = format!("{name}/");
+    let pfx = crate::raw::vec(&format!("{name}/"));
     let mut kv = c.client.kv_client();
     let mut w = c.client.watch_client();
     loop {

@@ -10,6 +10,7 @@ use crate::client::{Exit, EXIT_BAD_ARGS, EXIT_BAD_FEATURE, EXIT_ERROR};
 use crate::cobra::Parsed;
 use crate::gofmt;
 use crate::printer::Format;
+use crate::raw;
 use crate::Ctx;
 
 use super::prefix_end;
@@ -36,7 +37,7 @@ fn key_range(
     prefix: bool,
     from_key: bool,
 ) -> Result<(Vec<u8>, Option<Vec<u8>>), Exit> {
-    let mut key = args[0].as_bytes().to_vec();
+    let mut key = raw::vec(&args[0]);
     let mut range_end = None;
     if args.len() > 1 {
         if prefix || from_key {
@@ -44,7 +45,7 @@ fn key_range(
                 "too many arguments, only accept one argument when `--prefix` or `--from-key` is set",
             ));
         }
-        range_end = Some(args[1].as_bytes().to_vec());
+        range_end = Some(raw::vec(&args[1]));
     }
     if prefix {
         if key.is_empty() {
@@ -130,26 +131,28 @@ pub fn get_op(p: &Parsed) -> Result<(Vec<u8>, GetOptions), Exit> {
     Ok((key, o))
 }
 
-fn arg_or_stdin(args: &[String], i: usize) -> Option<String> {
+/// `args[i]`, else all of stdin (its bytes as they are), else none.
+fn arg_or_stdin(args: &[String], i: usize) -> Option<Vec<u8>> {
     if i < args.len() {
-        return Some(args[i].clone());
+        return Some(raw::vec(&args[i]));
     }
     let mut b = Vec::new();
     match std::io::stdin().read_to_end(&mut b) {
-        Ok(_) if !b.is_empty() => Some(String::from_utf8_lossy(&b).into_owned()),
+        Ok(_) if !b.is_empty() => Some(b),
         _ => None,
     }
 }
 
-/// `getPutOp`.
-pub fn put_op(p: &Parsed) -> Result<(Vec<u8>, Vec<u8>, PutOptions), Exit> {
+/// `getPutOp`; with `stdin` false the value is not read from stdin (a
+/// `txn` line: etcdctl's reader has already buffered what stdin holds).
+pub fn put_op(p: &Parsed, stdin: bool) -> Result<(Vec<u8>, Vec<u8>, PutOptions), Exit> {
     let args = &p.args;
     if args.is_empty() {
         return Err(bad(
             "put command needs 1 argument and input from stdin or 2 arguments",
         ));
     }
-    let key = args[0].as_bytes().to_vec();
+    let key = raw::vec(&args[0]);
     let ignore_value = p.bool("ignore-value");
     if ignore_value && args.len() > 1 {
         return Err(bad(
@@ -158,9 +161,12 @@ pub fn put_op(p: &Parsed) -> Result<(Vec<u8>, Vec<u8>, PutOptions), Exit> {
     }
     let mut value = Vec::new();
     if !ignore_value {
-        value = arg_or_stdin(args, 1)
-            .ok_or_else(|| bad("put command needs 1 argument and input from stdin or 2 arguments"))?
-            .into_bytes();
+        value = (if stdin {
+            arg_or_stdin(args, 1)
+        } else {
+            args.get(1).map(|a| raw::vec(a))
+        })
+        .ok_or_else(|| bad("put command needs 1 argument and input from stdin or 2 arguments"))?;
     }
     let id = gofmt::parse_int(p.get("lease"), 16, 64)
         .map_err(|e| bad(&format!("bad lease ID ({e}), expecting ID in Hex")))?;
@@ -221,7 +227,7 @@ pub async fn get(ctx: &mut Ctx) -> Result<(), Exit> {
 }
 
 pub async fn put(ctx: &mut Ctx) -> Result<(), Exit> {
-    let (key, value, opts) = put_op(&ctx.p)?;
+    let (key, value, opts) = put_op(&ctx.p, true)?;
     let (c, pr) = ctx.client().await?;
     let mut kv = c.client.kv_client();
     let r = c

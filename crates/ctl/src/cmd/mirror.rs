@@ -76,9 +76,9 @@ pub async fn make_mirror(ctx: &mut Ctx) -> Result<(), Exit> {
     };
     let dc = client::connect(&dest_conf, None).await?;
     let (c, _) = ctx.client_no_deadline().await?;
-    let pfx = ctx.p.get("prefix").as_bytes().to_vec();
+    let pfx = crate::raw::vec(ctx.p.get("prefix"));
     let no_dest = ctx.p.bool("no-dest-prefix");
-    let mut dest_pfx = ctx.p.get("dest-prefix").as_bytes().to_vec();
+    let mut dest_pfx = crate::raw::vec(ctx.p.get("dest-prefix"));
     let max_ops = ctx.p.u64("max-txn-ops") as usize;
 
     let total = Arc::new(AtomicI64::new(0));

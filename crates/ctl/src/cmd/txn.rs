@@ -6,6 +6,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use crate::client::{Exit, EXIT_BAD_ARGS, EXIT_ERROR, EXIT_INVALID_INPUT};
 use crate::cobra::{self, Cmd, ParseError};
 use crate::printer::outln;
+use crate::raw;
 use crate::tree;
 use crate::Ctx;
 
@@ -71,7 +72,7 @@ fn argify(s: &str) -> Result<Vec<String>, Exit> {
             '\'' => {
                 // etcdctl slices with the number of words, not the word's
                 // length: args[i][1 : len(args)-1].
-                let bytes = t.as_bytes();
+                let bytes = raw::vec(&t);
                 if n < 2 || n - 1 > bytes.len() {
                     return Err(go_panic(&format!(
                         "runtime error: slice bounds out of range [:{}] with length {}",
@@ -79,7 +80,7 @@ fn argify(s: &str) -> Result<Vec<String>, Exit> {
                         bytes.len()
                     )));
                 }
-                out.push(String::from_utf8_lossy(&bytes[1..n - 1]).into_owned());
+                out.push(raw::text(&bytes[1..n - 1]));
             }
             '"' => out.push(go_unquote(&t).map_err(|e| Exit::new(EXIT_INVALID_INPUT, e))?),
             _ => out.push(t),
@@ -104,8 +105,7 @@ pub fn go_unquote(s: &str) -> Result<String, String> {
     let mut it = inner.chars().peekable();
     while let Some(c) = it.next() {
         if c != '\\' {
-            let mut buf = [0u8; 4];
-            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            out.extend_from_slice(&raw::bytes(c.encode_utf8(&mut [0u8; 4])));
             continue;
         }
         let e = it.next().ok_or("invalid syntax")?;
@@ -156,13 +156,14 @@ pub fn go_unquote(s: &str) -> Result<String, String> {
             _ => return Err("invalid syntax".into()),
         }
     }
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    Ok(raw::text(&out))
 }
 
+/// A line of stdin, any bytes (carried in the text, see `raw`).
 fn read_line(r: &mut impl std::io::BufRead) -> Result<String, Exit> {
-    let mut line = String::new();
-    match r.read_line(&mut line) {
-        Ok(_) if line.ends_with('\n') => Ok(line),
+    let mut line = Vec::new();
+    match r.read_until(b'\n', &mut line) {
+        Ok(_) if line.ends_with(b"\n") => Ok(raw::text(&line)),
         Ok(_) => Err(Exit::new(EXIT_INVALID_INPUT, "EOF")),
         Err(e) => Err(Exit::new(EXIT_INVALID_INPUT, e.to_string())),
     }
@@ -250,24 +251,40 @@ fn parse_compare(line: &str) -> Result<Compare, Exit> {
             crate::gofmt::quote(&val)
         )));
     }
-    let cop = match op.as_str() {
-        "=" | "==" => CompareOp::Equal,
-        "!=" => CompareOp::NotEqual,
-        ">" => CompareOp::Greater,
-        "<" => CompareOp::Less,
-        _ => return Err(go_panic("Unknown result op")),
+    // clientv3.Compare: the operator, checked after the number is read
+    // (a number that is no number is an error, not a panic)
+    let cop = || match op.as_str() {
+        "=" => Ok(CompareOp::Equal),
+        "!=" => Ok(CompareOp::NotEqual),
+        ">" => Ok(CompareOp::Greater),
+        "<" => Ok(CompareOp::Less),
+        _ => Err(go_panic("Unknown result op")),
     };
     let int = || {
         crate::gofmt::parse_int(&val, 10, 64)
             .map_err(|_| inv(format!("invalid txn compare request: {line}")))
     };
+    let key = raw::vec(&key);
     Ok(match target {
-        "ver" | "version" => Compare::version(key, cop, int()?),
-        "c" | "create" => Compare::create_revision(key, cop, int()?),
-        "m" | "mod" => Compare::mod_revision(key, cop, int()?),
-        "val" | "value" => Compare::value(key, cop, val),
-        // etcdctl 3.5 passes the value as a string, which clientv3 rejects.
-        "lease" => return Err(go_panic("bad compare value")),
+        "ver" | "version" => {
+            let v = int()?;
+            Compare::version(key, cop()?, v)
+        }
+        "c" | "create" => {
+            let v = int()?;
+            Compare::create_revision(key, cop()?, v)
+        }
+        "m" | "mod" => {
+            let v = int()?;
+            Compare::mod_revision(key, cop()?, v)
+        }
+        "val" | "value" => Compare::value(key, cop()?, raw::vec(&val)),
+        // etcdctl 3.5 passes the value as a string, which clientv3's
+        // mustInt64 refuses
+        "lease" => {
+            cop()?;
+            return Err(go_panic("bad value"));
+        }
         _ => {
             return Err(inv(format!(
                 "malformed comparison: {line} (unknown target {target})"
@@ -291,9 +308,15 @@ fn parse_op(line: &str) -> Result<TxnOp, Exit> {
         ));
     }
     let invalid = || Exit::new(EXIT_INVALID_INPUT, format!("invalid txn request: {line}"));
-    let p = match cobra::parse(&ops_tree(), &args) {
+    let tree = ops_tree();
+    let p = match cobra::parse(&tree, &args) {
         Ok(p) => p,
-        Err(ParseError::Help { .. }) => return Err(invalid()),
+        // cobra prints the op's usage (its default template: the ops run
+        // under a bare root) on a flag error
+        Err(ParseError::Flag { path, .. }) => {
+            eprint!("{}", cobra::default_usage(&tree, &path));
+            return Err(invalid());
+        }
         Err(_) => return Err(invalid()),
     };
     match p.path.first().copied() {
@@ -302,7 +325,7 @@ fn parse_op(line: &str) -> Result<TxnOp, Exit> {
             Ok(TxnOp::get(k, Some(o)))
         }
         Some("put") => {
-            let (k, v, o) = super::kv::put_op(&p)?;
+            let (k, v, o) = super::kv::put_op(&p, false)?;
             Ok(TxnOp::put(k, v, Some(o)))
         }
         Some("del") => {

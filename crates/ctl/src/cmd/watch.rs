@@ -48,13 +48,13 @@ fn options(ctx: &Ctx, args: &[String]) -> Result<(Vec<u8>, WatchOptions), String
     if args.is_empty() || args.len() > 2 {
         return Err("bad number of arguments".into());
     }
-    let key = args[0].as_bytes().to_vec();
+    let key = crate::raw::vec(&args[0]);
     let mut o = WatchOptions::new().with_start_revision(ctx.p.i64("rev"));
     if args.len() == 2 {
         if ctx.p.bool("prefix") {
             return Err("`range_end` and `--prefix` are mutually exclusive".into());
         }
-        o = o.with_range(args[1].as_bytes().to_vec());
+        o = o.with_range(crate::raw::vec(&args[1]));
     }
     if ctx.p.bool("prefix") {
         o = o.with_range(if key.is_empty() {
