@@ -619,3 +619,43 @@ async fn unary_range_is_sent_as_it_is_read() {
     })
     .await;
 }
+
+/// Many Ranges that find nothing, over one connection: each is answered,
+/// and the connection stays up. A reply ending in an empty DATA frame
+/// (the streamed path's last piece of an empty range) made h2 clients —
+/// tonic's, and so the etcd-client crate's — send GOAWAY
+/// `ENHANCE_YOUR_CALM` after 100 of them, failing every call open on the
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_ranges_keep_the_connection() {
+    bounded(LIMIT, async {
+        let flavor = test_flavor();
+        let c = Cluster::start(flavor, 1, &[]).await.expect("start");
+        let mut kv = kv(&c).await;
+        kv.put(pb::PutRequest {
+            key: b"elsewhere".to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("put");
+        for i in 0..250 {
+            let r = kv
+                .range(prefix())
+                .await
+                .unwrap_or_else(|e| panic!("{} range {i} of an empty prefix: {e}", flavor.name()))
+                .into_inner();
+            assert_eq!((r.kvs.len(), r.count, r.more), (0, 0, false), "range {i}");
+        }
+        let r = kv
+            .range(pb::RangeRequest {
+                key: b"elsewhere".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("a range after them")
+            .into_inner();
+        assert_eq!(r.kvs.len(), 1);
+    })
+    .await;
+}

@@ -332,8 +332,12 @@ async fn range(
                     if !left {
                         piece.extend_from_slice(&tail);
                     }
-                    // a send fails once the client is gone: stop reading
-                    if tx.blocking_send(Ok(piece.into())).is_err() || !left {
+                    // No empty piece: it would go out as an empty DATA
+                    // frame, and h2 clients (tonic's) drop the connection
+                    // after 100 of them (an empty range's last piece).
+                    // A send fails once the client is gone: stop reading.
+                    let sent = piece.is_empty() || tx.blocking_send(Ok(piece.into())).is_ok();
+                    if !sent || !left {
                         return;
                     }
                 }
