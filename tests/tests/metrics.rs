@@ -195,6 +195,49 @@ async fn metrics_count_watch_streams_and_watchers() {
     .await;
 }
 
+/// An election's Observe streams the client closed leave no watch behind
+/// (etcd ties the observer's watches to the stream; retcd's observer
+/// noticed a closed stream only at its next send, so each watch stayed
+/// until the leader changed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_observe_streams_leave_no_watchers() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
+        let ep = c.endpoints()[0].clone();
+        let gauges = || {
+            let m = http_get(&ep, "/metrics");
+            (
+                sample(&m, "etcd_debugging_mvcc_watch_stream_total"),
+                sample(&m, "etcd_debugging_mvcc_watcher_total"),
+            )
+        };
+        let mut cl = c.client(0).await.expect("client");
+        let lease = cl.lease_grant(60, None).await.unwrap().id();
+        cl.campaign("obs", "leader", lease).await.unwrap();
+        for i in 0..20 {
+            let mut s = cl.observe("obs").await.unwrap();
+            let r = tokio::time::timeout(Duration::from_secs(10), s.message())
+                .await
+                .expect("the leader in time")
+                .unwrap()
+                .unwrap_or_else(|| panic!("observe {i} ended"));
+            assert_eq!(r.kv().map(|kv| kv.value()), Some(&b"leader"[..]));
+            drop(s);
+        }
+        retry_until(
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            async || {
+                let g = gauges();
+                (g == (Some(0.0), Some(0.0))).then_some(()).ok_or(g)
+            },
+        )
+        .await
+        .unwrap_or_else(|g| panic!("(watch streams, watchers) stuck at {g:?}"));
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------------------
 // Differential: the families etcd 3.5.1 exports (those etcd's mixin
 // dashboards and alerts query, and the rest of the list below) exist on

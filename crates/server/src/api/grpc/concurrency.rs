@@ -56,10 +56,16 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-/// `pfx` + lease id in lowercase hex, as etcd names session keys.
+/// `pfx` + lease id in lowercase hex, as etcd names session keys (Go's
+/// `%x` of an int64: a negative id is `-` and the hex of its magnitude).
 pub fn session_key(pfx: &[u8], lease: i64) -> Vec<u8> {
     let mut k = pfx.to_vec();
-    k.extend_from_slice(format!("{lease:x}").as_bytes());
+    let hex = if lease < 0 {
+        format!("-{:x}", lease.unsigned_abs())
+    } else {
+        format!("{lease:x}")
+    };
+    k.extend_from_slice(hex.as_bytes());
     k
 }
 
@@ -345,5 +351,8 @@ mod tests {
         assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
         assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
         assert_eq!(session_key(b"l/", 0x694d), b"l/694d".to_vec());
+        // Go's %x of a negative int64
+        assert_eq!(session_key(b"l/", -0x1005), b"l/-1005".to_vec());
+        assert_eq!(session_key(b"", i64::MIN), b"-8000000000000000".to_vec());
     }
 }

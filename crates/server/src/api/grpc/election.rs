@@ -32,16 +32,18 @@ fn prefix(name: &[u8]) -> Vec<u8> {
     p
 }
 
-/// etcd's Proclaim: replace the value if `leader` still holds the key.
+/// etcd's Proclaim: replace the value if `leader` still holds the key,
+/// putting it with `lease` (the session's).
 async fn proclaim(
     c: &mut V3Client,
     leader: &LeaderKey,
+    lease: i64,
     value: &[u8],
 ) -> Result<Option<ResponseHeader>, ServerError> {
     let resp = c
         .txn(TxnRequest {
             compare: vec![cmp_create(&leader.key, leader.rev)],
-            success: vec![op_put(&leader.key, value, leader.lease)],
+            success: vec![op_put(&leader.key, value, lease)],
             failure: vec![],
         })
         .await?;
@@ -82,7 +84,7 @@ impl Election for ElectionService {
             if let Some(kv) = txn_range(&resp, 0).and_then(|r| r.kvs.first()) {
                 leader.rev = kv.create_revision;
                 if kv.value != req.value {
-                    proclaim(&mut c, &leader, &req.value).await?;
+                    proclaim(&mut c, &leader, lease, &req.value).await?;
                 }
             }
         }
@@ -101,7 +103,10 @@ impl Election for ElectionService {
         let (md, _, req) = request.into_parts();
         let leader = req.leader.ok_or(ServerError::ElectionMissingLeaderKey)?;
         let mut c = self.v3.client(&md);
-        let header = proclaim(&mut c, &leader, &req.value).await?;
+        // etcd resumes the election in a session on the leader key's
+        // lease: lease 0 grants a new one, which the value is put with
+        let lease = c.session_lease(leader.lease).await?;
+        let header = proclaim(&mut c, &leader, lease, &req.value).await?;
         Ok(Response::new(ProclaimResponse { header }))
     }
 
@@ -136,7 +141,11 @@ impl Election for ElectionService {
         let (md, _, req) = request.into_parts();
         let v3 = self.v3.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<LeaderResponse, Status>>(16);
-        tokio::spawn(async move {
+        // The loop ends when the client goes (its stream dropped), not at
+        // its next send: a watch it waits on would stay until the leader
+        // changed (etcd ties them to the stream's context).
+        let gone = tx.clone();
+        let observe = async move {
             let pfx = prefix(&req.name);
             let mut c = v3.client(&md);
             loop {
@@ -228,6 +237,12 @@ impl Election for ElectionService {
                     }
                 }
             }
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                () = gone.closed() => {}
+                () = observe => {}
+            }
         });
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
@@ -241,6 +256,9 @@ impl Election for ElectionService {
         let (md, _, req) = request.into_parts();
         let leader = req.leader.ok_or(ServerError::ElectionMissingLeaderKey)?;
         let mut c = self.v3.client(&md);
+        // a session as etcd opens one (lease 0 grants a lease, left to
+        // expire), then the delete
+        c.session_lease(leader.lease).await?;
         let resp = c
             .txn(TxnRequest {
                 compare: vec![cmp_create(&leader.key, leader.rev)],
