@@ -90,18 +90,24 @@ async fn bad_requests_get_clear_errors_and_the_member_keeps_serving() {
                     .await;
                 assert_eq!(err(r), bad_urls);
             }
-            // an alarm must name a member of the cluster
-            let r = MaintenanceClient::new(ch.clone())
-                .alarm(AlarmRequest {
-                    action: AlarmAction::Activate as i32,
-                    member_id: me.id ^ 1,
-                    alarm: AlarmType::Nospace as i32,
-                })
-                .await;
-            assert_eq!(
-                err(r),
-                (Code::NotFound, "etcdserver: member not found".to_string())
-            );
+            // an alarm may name any member ID, as in etcd (a removed
+            // member's alarm can be cleared): raised, then cleared
+            let mut mt = MaintenanceClient::new(ch.clone());
+            for action in [AlarmAction::Activate, AlarmAction::Deactivate] {
+                let r = mt
+                    .alarm(AlarmRequest {
+                        action: action as i32,
+                        member_id: me.id ^ 1,
+                        alarm: AlarmType::Nospace as i32,
+                    })
+                    .await
+                    .expect("an alarm of a member not in the cluster")
+                    .into_inner();
+                assert_eq!(r.alarms.len(), 1, "{action:?}: {r:?}");
+                assert_eq!(r.alarms[0].member_id, me.id ^ 1);
+            }
+            let left = mt.alarm(AlarmRequest::default()).await.expect("alarm list");
+            assert!(left.into_inner().alarms.is_empty());
             // a txn nested deeper than retcd takes is refused before raft
             let mut kv = KvClient::new(ch.clone());
             let r = kv.txn(nested(33)).await;

@@ -118,10 +118,19 @@ impl AlarmStore {
 /// etcd's text form of an alarm (gogoproto `String()`), as Status.errors
 /// shows it: `memberID:8211f1d0f64f3269 alarm:NOSPACE `.
 pub fn alarm_string(a: &AlarmMember) -> String {
-    let kind = AlarmType::try_from(a.alarm)
-        .map(|t| t.as_str_name())
-        .unwrap_or("NONE");
-    format!("memberID:{} alarm:{} ", a.member_id, kind)
+    // gogo protobuf's compact text: fields at zero are left out, an enum
+    // value the enum does not know is its number
+    let mut s = String::new();
+    if a.member_id != 0 {
+        s.push_str(&format!("memberID:{} ", a.member_id));
+    }
+    if a.alarm != 0 {
+        match AlarmType::try_from(a.alarm) {
+            Ok(t) => s.push_str(&format!("alarm:{} ", t.as_str_name())),
+            Err(_) => s.push_str(&format!("alarm:{} ", a.alarm)),
+        }
+    }
+    s
 }
 
 /// The alarm-capped appliers (etcd's `applierV3Corrupt` and
@@ -164,7 +173,10 @@ pub(super) fn apply_alarm(
     };
     let res = match AlarmAction::try_from(ar.action) {
         Ok(AlarmAction::Get) => {
-            resp.alarms = alarms.get(AlarmType::try_from(ar.alarm).unwrap_or(AlarmType::None));
+            // a type etcd does not know has no alarms (NONE is every type)
+            if let Ok(kind) = AlarmType::try_from(ar.alarm) {
+                resp.alarms = alarms.get(kind);
+            }
             Ok(())
         }
         Ok(AlarmAction::Activate) => alarms

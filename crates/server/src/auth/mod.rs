@@ -146,8 +146,11 @@ impl AuthStore {
     /// token lives another TTL from now. As etcd's simple tokens, the info
     /// carries the auth revision of now: it is stale only if the auth
     /// store changes before the request applies.
+    /// The caller a token names. While auth is disabled a token is not
+    /// looked at (etcd 3.5.10+ and 3.6: "disable auth gracefully without
+    /// impacting existing watchers"; before, a stale one was refused).
     pub fn info_from_token(&self, token: Option<&str>) -> Result<Option<AuthInfo>, AuthError> {
-        let Some(token) = token else {
+        let Some(token) = token.filter(|_| self.is_enabled()) else {
             return Ok(None);
         };
         match &self.provider {

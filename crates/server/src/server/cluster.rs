@@ -35,7 +35,8 @@ const READY_PERCENT: f64 = 0.9;
 /// `net.SplitHostPort` make them: at least one URL; each (spaces trimmed)
 /// with a scheme of http, https, unix or unixs (any case), `host:port`
 /// (either may be empty; a port is digits) and no path (a query or a
-/// fragment may follow). Sorted, as etcd keeps them.
+/// fragment may follow). Sorted, as etcd keeps them, with the scheme in
+/// lower case (Go's `url.Parse`).
 pub fn validate_peer_urls(urls: &[String]) -> Result<Vec<String>, ServerError> {
     if urls.is_empty() {
         return Err(ServerError::MemberBadUrls);
@@ -58,7 +59,8 @@ pub fn validate_peer_urls(urls: &[String]) -> Result<Vec<String>, ServerError> {
         if !scheme_ok || !split_host_port(host) || !path.is_empty() {
             return Err(ServerError::MemberBadUrls);
         }
-        out.push(u.to_string());
+        // as `url.URL.String()` writes it back: the scheme in lower case
+        out.push(format!("{}://{rest}", scheme.to_ascii_lowercase()));
     }
     out.sort();
     Ok(out)
@@ -602,5 +604,10 @@ mod tests {
             assert!(!ok(u), "{u} must be refused");
         }
         assert!(validate_peer_urls(&[]).is_err());
+        // Go's url.Parse lower-cases the scheme (and keeps the rest)
+        assert_eq!(
+            validate_peer_urls(&[" HTTP://A:1?q ".into(), "http://b:2".into()]).unwrap(),
+            ["http://A:1?q", "http://b:2"]
+        );
     }
 }
