@@ -876,6 +876,7 @@ async fn setup(cx: &mut Ctx) {
             name: u.into(),
             password: password(u),
             options: Some(UserAddOptions { no_password: false }),
+            hashed_password: String::new(),
         };
         must(&format!("user add {u}"), auth.user_add(req).await);
     }
@@ -1672,6 +1673,7 @@ async fn auth_rows(cx: &mut Ctx) {
             let req = pb::AuthUserChangePasswordRequest {
                 name: u.into(),
                 password: password(u),
+                hashed_password: String::new(),
             };
             let r = cx.auth().user_change_password(cx.rq(i, req)).await;
             if r.is_ok() {
@@ -1710,6 +1712,7 @@ async fn auth_rows(cx: &mut Ctx) {
             name: format!("new-{}", IDS[i]),
             password: "pw".into(),
             options: Some(UserAddOptions { no_password: false }),
+            hashed_password: String::new(),
         };
         answer(cx.auth().user_add(cx.rq(i, req)).await, ok)
     })

@@ -730,6 +730,7 @@ impl Server {
                     password: password(&name),
                     name,
                     options: None,
+                    hashed_password: String::new(),
                 };
                 ans(
                     timeout(CALL, auth.user_add(with_token(req, t))).await,
@@ -747,6 +748,7 @@ impl Server {
                 let req = pb::AuthUserChangePasswordRequest {
                     password: password(&name),
                     name,
+                    hashed_password: String::new(),
                 };
                 ans(
                     timeout(CALL, auth.user_change_password(with_token(req, t))).await,

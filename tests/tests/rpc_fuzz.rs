@@ -596,6 +596,7 @@ async fn step(rng: &mut StdRng, t: &mut Target) -> (String, String) {
                 options: rng.random_range(0..3).eq(&0).then(|| UserAddOptions {
                     no_password: rng.random(),
                 }),
+                hashed_password: String::new(),
             };
             ("UserAdd".into(), code(to(au.user_add(req)).await))
         }
@@ -611,6 +612,7 @@ async fn step(rng: &mut StdRng, t: &mut Target) -> (String, String) {
             let req = AuthUserChangePasswordRequest {
                 name: name(rng),
                 password: name(rng),
+                hashed_password: String::new(),
             };
             (
                 "UserChangePassword".into(),

@@ -346,7 +346,11 @@ pub fn to_retcd(
     };
     let pw = |plain: &str, hashed: &str| -> Result<Vec<u8>, String> {
         if !hashed.is_empty() {
-            Ok(hashed.as_bytes().to_vec())
+            // etcd 3.5's API layer puts the bcrypt hash in base64 there
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(hashed)
+                .map_err(|e| format!("a user's hashedPassword is not base64: {e}"))
         } else if plain.is_empty() {
             Ok(Vec::new()) // a user with no password (3.5's --no-password)
         } else {
@@ -390,9 +394,21 @@ pub fn to_retcd(
     } else if let Some(r) = e.user_delete {
         auth(Op::UserDelete(r))
     } else if let Some(r) = e.user_change_password {
-        auth(Op::UserChangePassword(retcdpb::AuthUserChangePassword {
-            hashed_password: pw(&r.password, &r.hashed_password)?,
-            name: r.name,
+        // etcd's selectPassword at apply: a password (3.4's entries) is
+        // hashed, else the hashedPassword is decoded where the user has a
+        // password (retcd's apply does that part)
+        auth(Op::UserChangePassword(if r.password.is_empty() {
+            retcdpb::AuthUserChangePassword {
+                hashed_password: Vec::new(),
+                given_hashed_password: Some(r.hashed_password),
+                name: r.name,
+            }
+        } else {
+            retcdpb::AuthUserChangePassword {
+                hashed_password: pw(&r.password, &r.hashed_password)?,
+                given_hashed_password: None,
+                name: r.name,
+            }
         }))
     } else if let Some(r) = e.user_grant_role {
         auth(Op::UserGrantRole(r))

@@ -132,7 +132,16 @@ impl AuthStore {
             }
             Op::UserChangePassword(r) => {
                 let u = st.users.get_mut(&r.name).ok_or(AuthError::UserNotFound)?;
-                u.password = r.hashed_password.clone();
+                u.password = if u.options.as_ref().is_some_and(|o| o.no_password) {
+                    Vec::new()
+                } else if let Some(b64) = &r.given_hashed_password {
+                    use base64::Engine as _;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(b64)
+                        .map_err(|_| AuthError::NoPasswordUser)?
+                } else {
+                    r.hashed_password.clone()
+                };
                 put_user(t, u)?;
                 self.drop_tokens_of(&r.name);
                 Applied::Changed

@@ -136,15 +136,28 @@ impl EtcdServer {
         self.auth_change(op, creds).await.map(|_| ())
     }
 
+    /// UserChangePassword: a password is hashed here (etcd's API layer);
+    /// with none, the request's `hashedPassword` is what the apply stores
+    /// (etcd's `selectPassword`).
     pub async fn user_change_password(
         &self,
         name: String,
         password: String,
+        hashed_password: String,
         creds: &Credentials,
     ) -> Result<(), ServerError> {
-        let op = Op::UserChangePassword(AuthUserChangePassword {
-            name,
-            hashed_password: hash_password(password, self.cfg.bcrypt_cost).await?,
+        let op = Op::UserChangePassword(if password.is_empty() {
+            AuthUserChangePassword {
+                name,
+                hashed_password: Vec::new(),
+                given_hashed_password: Some(hashed_password),
+            }
+        } else {
+            AuthUserChangePassword {
+                name,
+                hashed_password: hash_password(password, self.cfg.bcrypt_cost).await?,
+                given_hashed_password: None,
+            }
         });
         self.auth_change(op, creds).await.map(|_| ())
     }

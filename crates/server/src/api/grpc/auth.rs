@@ -131,7 +131,7 @@ impl Auth for AuthService {
         let (md, _, r) = request.into_parts();
         let creds = credentials(&self.server, &md);
         self.server
-            .user_change_password(r.name, r.password, &creds)
+            .user_change_password(r.name, r.password, r.hashed_password, &creds)
             .await?;
         Ok(Response::new(AuthUserChangePasswordResponse {
             header: self.header(),
