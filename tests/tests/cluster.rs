@@ -366,3 +366,56 @@ async fn followers_apply_a_lone_write_before_the_next_heartbeat() {
     })
     .await;
 }
+
+/// A write sent while its member has no leader waits for one, as in etcd
+/// (etcd's raft node takes no proposal without a leader, so it waits
+/// until the request times out), instead of failing at once with "no
+/// leader": a follower whose two peers are down is left without a leader;
+/// a put is sent to it, then one peer comes back and the put succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_without_a_leader_waits_for_one() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST)
+            .await
+            .expect("start cluster");
+        let leader = c.leader(Duration::from_secs(10)).await.expect("leader");
+        let (keep, back) = match leader {
+            0 => (1, 2),
+            1 => (0, 2),
+            _ => (0, 1),
+        };
+        let mut cl = c.client(keep).await.expect("connect");
+        cl.put("nl/before", "v", None).await.expect("put");
+        c.members[leader].stop();
+        c.members[back].stop();
+        // the follower left alone loses its leader (no heartbeats)
+        retry_until(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            async || match c.status_of(keep).await {
+                Ok((_, 0)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await
+        .expect("the lone follower has no leader");
+        let sent = std::time::Instant::now();
+        let put = tokio::spawn({
+            let mut cl = cl.clone();
+            async move { cl.put("nl/after", "v", None).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c.members[back].start();
+        let r = put.await.expect("the put's task");
+        let waited = sent.elapsed();
+        r.unwrap_or_else(|e| panic!("the put sent without a leader failed after {waited:?}: {e}"));
+        assert!(
+            waited >= Duration::from_millis(100),
+            "answered in {waited:?}"
+        );
+        let got = cl.get("nl/after", None).await.expect("get");
+        assert_eq!(got.kvs().len(), 1);
+        eprintln!("a put without a leader waited {waited:?} for one");
+    })
+    .await;
+}

@@ -90,10 +90,12 @@
 //! `hash-revision` (filled, as 3.6), `hashkv-values` (retcd leaves rows a
 //! compaction no longer needs out of the hash even when nothing is kept,
 //! so the value does not depend on how far the deletion got: etcd hashes
-//! them all then), `no-leader-waits` (without a leader a proposal fails
-//! at once, Unavailable "etcdserver: no leader", where etcd's raft holds
-//! it until the request times out). The ninth (Status's raft-index
-//! growth) followed from the first and `update-urls`.
+//! them all then), `no-leader-waits` (without a leader retcd failed a
+//! proposal at once, where etcd's raft holds it until the request times
+//! out; it now waits for a leader too, for half the request timeout, and
+//! then answers Unavailable "etcdserver: no leader" where etcd answers
+//! Unknown "context deadline exceeded" or "request timed out"). The ninth
+//! (Status's raft-index growth) followed from the first and `update-urls`.
 //!
 //! The [`coda`] adds a *voting* member, which etcd accepts on a 1-member
 //! cluster (`IsReadyToAddVotingMember` lets a second member join one) and

@@ -55,6 +55,10 @@ pub struct RaftNodeConfig {
     pub max_wals: usize,
     /// `--experimental-warning-apply-duration`: slower applies are logged.
     pub warn_apply: Duration,
+    /// How long proposals wait for a leader when there is none (etcd's
+    /// raft holds them until the request's context ends), before they
+    /// fail with "no leader".
+    pub hold_leaderless: Duration,
 }
 
 /// etcd's `warnSyncDuration`: a WAL fdatasync slower than this is logged.
@@ -85,6 +89,9 @@ struct Turn {
     /// their request ids and entries, in arrival order.
     proposed_ids: Vec<u64>,
     proposed: Vec<Entry>,
+    /// Proposals drained while there was no leader, held (in order) until
+    /// one is known: (when held, request ids, entries).
+    held: Vec<(Instant, Vec<u64>, Vec<Entry>)>,
     /// Conf changes held back while the leader still has one pending
     /// (raft-rs would silently turn them into empty entries): (request id,
     /// change, first tried).
@@ -108,6 +115,7 @@ impl Turn {
             reads: Reads::new(member),
             proposed_ids: Vec::new(),
             proposed: Vec::new(),
+            held: Vec::new(),
             deferred: Vec::new(),
             removed_at: None,
             nospace_due: false,
@@ -248,6 +256,7 @@ impl RaftNode {
                 }
             }
             self.publish_status();
+            self.release_held(&mut turn);
             self.retry_deferred_conf_changes(&mut turn);
             if turn
                 .removed_at
@@ -344,16 +353,60 @@ impl RaftNode {
     /// of them, and a follower forwards them in one message; proposed one
     /// by one, each was its own append to every follower, its own answer
     /// back and its own step on both sides.
+    ///
+    /// Without a leader raft would drop them (raft-rs answers at once;
+    /// etcd's raft node does not take proposals then, so they wait for a
+    /// leader until their request times out). They are held, in order,
+    /// and proposed once a leader is known, or fail after
+    /// `hold_leaderless` ([`Self::release_held`]).
     fn propose_drained(&mut self, turn: &mut Turn) {
+        let leaderless = self.raw.raft.leader_id == raft::INVALID_ID;
+        if !leaderless {
+            for (_, ids, entries) in std::mem::take(&mut turn.held) {
+                self.propose_now(&ids, entries);
+            }
+        }
         if turn.proposed.is_empty() {
             return;
         }
-        if let Err(e) = propose_batch(&mut self.raw.raft, std::mem::take(&mut turn.proposed)) {
-            for &id in &turn.proposed_ids {
+        let ids = std::mem::take(&mut turn.proposed_ids);
+        let entries = std::mem::take(&mut turn.proposed);
+        if leaderless {
+            turn.held.push((Instant::now(), ids, entries));
+        } else {
+            self.propose_now(&ids, entries);
+        }
+    }
+
+    fn propose_now(&mut self, ids: &[u64], entries: Vec<Entry>) {
+        if let Err(e) = propose_batch(&mut self.raw.raft, entries) {
+            for &id in ids {
                 self.proposal_failed(id, &e);
             }
         }
-        turn.proposed_ids.clear();
+    }
+
+    /// Proposes the held proposals once there is a leader; fails those
+    /// held longer than `hold_leaderless` with "no leader".
+    fn release_held(&mut self, turn: &mut Turn) {
+        if turn.held.is_empty() {
+            return;
+        }
+        if self.raw.raft.leader_id != raft::INVALID_ID {
+            self.propose_drained(turn);
+            return;
+        }
+        let hold = self.cfg.hold_leaderless;
+        while turn
+            .held
+            .first()
+            .is_some_and(|(at, _, _)| at.elapsed() >= hold)
+        {
+            let (_, ids, _) = turn.held.remove(0);
+            for id in ids {
+                self.proposal_failed(id, &raft::Error::ProposalDropped);
+            }
+        }
     }
 
     /// Answers the proposer of `id` whose proposal raft refused.
