@@ -190,6 +190,14 @@ pub mod private {
             i32::try_from(v).map_err(|_| E::custom(format!("cannot unmarshal number {v} into an enum")))
         }
 
+        /// `null` (an element of a repeated enum: Go leaves it 0).
+        fn visit_unit<E>(self) -> Result<i32, E>
+        where
+            E: serde::de::Error,
+        {
+            Ok(0)
+        }
+
         /// serde_json reads `-0` as a float; Go reads it as 0 (and refuses
         /// `1.0` or `1e0` for an integer).
         fn visit_f64<E>(self, v: f64) -> Result<i32, E>

@@ -133,69 +133,130 @@ where
 /// `null` one).
 fn go_json(body: &[u8]) -> Result<Option<serde_json::Value>, serde_json::Error> {
     use serde_json::Value;
-    fn clean(v: &mut Value) {
-        match v {
-            Value::Object(m) => {
-                // the camelCase member wins even when it is `null` (then
-                // the field keeps its default), as in jsonpb
-                let shadowed: Vec<String> = m
-                    .keys()
-                    .filter(|k| k.contains('_') && m.contains_key(&camel(k)))
-                    .cloned()
-                    .collect();
-                for k in shadowed {
-                    m.remove(&k);
-                }
-                m.retain(|_, v| !v.is_null());
-                m.values_mut().for_each(clean);
-            }
-            Value::Array(a) => a.iter_mut().for_each(clean),
-            _ => {}
-        }
-    }
-    fn camel(k: &str) -> String {
-        let mut out = String::with_capacity(k.len());
-        let mut up = false;
-        for c in k.chars() {
-            if c == '_' {
-                up = true;
-            } else if up {
-                out.extend(c.to_uppercase());
-                up = false;
-            } else {
-                out.push(c);
-            }
-        }
-        out
-    }
     match serde_json::Deserializer::from_slice(body)
         .into_iter::<Value>()
         .next()
     {
         None | Some(Ok(Value::Null)) => Ok(None),
         Some(Ok(mut v)) => {
-            clean(&mut v);
+            go_clean(&mut v);
             Ok(Some(v))
         }
         Some(Err(e)) => Err(e),
     }
 }
 
-/// The requests of a client-streaming body, as grpc-gateway's generated
-/// bidi handlers decode them: JSON objects one after another, sent until
-/// the body ends or one does not decode. Only a first object that does not
-/// decode is an error (grpc-gateway answers it 500, code Unknown, before
-/// the call); a later one silently ends the requests.
-fn stream_requests<Req: DeserializeOwned>(body: &Bytes) -> Result<Vec<Req>, Status> {
-    let mut out = Vec::new();
-    for r in serde_json::Deserializer::from_slice(body).into_iter::<Req>() {
-        match r {
-            Ok(r) => out.push(r),
-            Err(e) if out.is_empty() => return Err(Status::unknown(e.to_string())),
-            Err(_) => break,
+/// A JSON value as jsonpb reads it (see [`go_json`]): members set to
+/// `null` dropped, a .proto-named member shadowed by its camelCase twin
+/// dropped.
+fn go_clean(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            // the camelCase member wins even when it is `null` (then
+            // the field keeps its default), as in jsonpb
+            let shadowed: Vec<String> = m
+                .keys()
+                .filter(|k| k.contains('_') && m.contains_key(&camel(k)))
+                .cloned()
+                .collect();
+            for k in shadowed {
+                m.remove(&k);
+            }
+            m.retain(|_, v| !v.is_null());
+            m.values_mut().for_each(go_clean);
+        }
+        Value::Array(a) => a.iter_mut().for_each(go_clean),
+        _ => {}
+    }
+}
+
+/// A .proto field name's camelCase JSON name (`prev_kv` → `prevKv`).
+fn camel(k: &str) -> String {
+    let mut out = String::with_capacity(k.len());
+    let mut up = false;
+    for c in k.chars() {
+        if c == '_' {
+            up = true;
+        } else if up {
+            out.extend(c.to_uppercase());
+            up = false;
+        } else {
+            out.push(c);
         }
     }
-    Ok(out)
+    out
+}
+
+/// The JSON values of a streaming call's body, read as they arrive (as
+/// grpc-gateway's `json.Decoder` reads `req.Body`): a value is decoded as
+/// soon as its last byte is in, so a client that keeps the body open gets
+/// answers to what it sent so far.
+struct BodyValues {
+    data: axum::body::BodyDataStream,
+    /// Bytes received and not yet decoded (bounded by [`MAX_BODY_VALUE`]).
+    buf: Vec<u8>,
+    done: bool,
+}
+
+/// The most a streaming body may hold undecoded: one value's bytes, as
+/// much as a unary body may (axum's default body limit).
+const MAX_BODY_VALUE: usize = 2 << 20;
+
+impl BodyValues {
+    fn new(body: axum::body::Body) -> BodyValues {
+        BodyValues {
+            data: body.into_data_stream(),
+            buf: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// The next value, `None` at the body's end; an error for bytes that
+    /// are not JSON (or a body that ends inside a value).
+    async fn next(&mut self) -> Result<Option<serde_json::Value>, String> {
+        use futures::StreamExt;
+        loop {
+            let mut values =
+                serde_json::Deserializer::from_slice(&self.buf).into_iter::<serde_json::Value>();
+            let parsed = values.next();
+            let used = values.byte_offset();
+            match parsed {
+                Some(Ok(v)) => {
+                    self.buf.drain(..used);
+                    return Ok(Some(v));
+                }
+                Some(Err(e)) if !e.is_eof() || self.done => return Err(e.to_string()),
+                None if self.done => return Ok(None),
+                _ => {} // more bytes needed
+            }
+            if self.buf.len() > MAX_BODY_VALUE {
+                return Err("request body too large".into());
+            }
+            match self.data.next().await {
+                Some(Ok(b)) => self.buf.extend_from_slice(&b),
+                Some(Err(e)) => return Err(e.to_string()),
+                None => self.done = true,
+            }
+        }
+    }
+
+    /// The next request: a value decoded as jsonpb decodes it (`null` is
+    /// the default request).
+    async fn next_request<Req: DeserializeOwned + Default>(
+        &mut self,
+    ) -> Result<Option<Req>, String> {
+        let Some(mut v) = self.next().await? else {
+            return Ok(None);
+        };
+        if v.is_null() {
+            return Ok(Some(Req::default()));
+        }
+        go_clean(&mut v);
+        serde_json::from_value(v)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// One streamed message as grpc-gateway v1.16 writes it: the marshalled
@@ -295,23 +356,37 @@ fn with_token<T>(headers: &HeaderMap, req: T) -> tonic::Request<T> {
 /// out, then the request side is closed (`CloseSend` at the body's end), so
 /// a keepalive ends after its answers while a watch stays open (etcd's
 /// watch server keeps sending after the client's half-close).
-async fn bidi<Req, Resp, F, Fut>(headers: HeaderMap, body: Bytes, call: F) -> Response
+async fn bidi<Req, Resp, F, Fut>(headers: HeaderMap, body: axum::body::Body, call: F) -> Response
 where
-    Req: DeserializeOwned + Send + 'static,
+    Req: DeserializeOwned + Default + Send + 'static,
     Resp: Serialize + Send + 'static,
     F: FnOnce(tonic::Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<tonic::Streaming<Resp>>, Status>>,
 {
-    let reqs = match stream_requests::<Req>(&body) {
+    // The first request is read before the call (one that does not
+    // decode is answered 500, code Unknown); the rest go out as they come
+    // (a later one that does not decode ends them), then the request side
+    // closes.
+    let mut values = BodyValues::new(body);
+    let first = match values.next_request::<Req>().await {
         Ok(r) => r,
-        Err(s) => return error(&s),
+        Err(e) => return error(&Status::unknown(e)),
     };
-    let sent_requests = !reqs.is_empty();
-    let (tx, rx) = tokio::sync::mpsc::channel(reqs.len().max(1));
-    for r in reqs {
-        let _ = tx.try_send(r);
+    let sent_requests = first.is_some();
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    match first {
+        Some(r) => {
+            let _ = tx.try_send(r);
+            tokio::spawn(async move {
+                while let Ok(Some(r)) = values.next_request::<Req>().await {
+                    if tx.send(r).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        None => drop(tx), // an empty body: the request side closes at once
     }
-    drop(tx);
     let request = with_token(&headers, tokio_stream::wrappers::ReceiverStream::new(rx));
     match call(request).await {
         Ok(resp) => stream_body(resp.into_inner(), sent_requests).await,
@@ -427,41 +502,45 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
         let (ch, srv) = (own_stream.clone(), server.clone());
         r = r.route(
             &format!("{prefix}/watch"),
-            any(move |method: Method, headers: HeaderMap, body: Bytes| {
-                let mut c = WatchClient::new(ch.clone());
-                let learner = srv.is_learner();
-                async move {
-                    if method != Method::POST {
-                        return method_not_allowed();
+            any(
+                move |method: Method, headers: HeaderMap, body: axum::body::Body| {
+                    let mut c = WatchClient::new(ch.clone());
+                    let learner = srv.is_learner();
+                    async move {
+                        if method != Method::POST {
+                            return method_not_allowed();
+                        }
+                        if learner {
+                            return error(&to_status(ServerError::NotSupportedForLearner));
+                        }
+                        bidi(headers, body, |req| async move { c.watch(req).await }).await
                     }
-                    if learner {
-                        return error(&to_status(ServerError::NotSupportedForLearner));
-                    }
-                    bidi(headers, body, |req| async move { c.watch(req).await }).await
-                }
-            }),
+                },
+            ),
         );
         let (ch, srv) = (own_stream.clone(), server.clone());
         r = r.route(
             &format!("{prefix}/lease/keepalive"),
-            any(move |method: Method, headers: HeaderMap, body: Bytes| {
-                let mut c = LeaseClient::new(ch.clone());
-                let learner = srv.is_learner();
-                async move {
-                    if method != Method::POST {
-                        return method_not_allowed();
+            any(
+                move |method: Method, headers: HeaderMap, body: axum::body::Body| {
+                    let mut c = LeaseClient::new(ch.clone());
+                    let learner = srv.is_learner();
+                    async move {
+                        if method != Method::POST {
+                            return method_not_allowed();
+                        }
+                        if learner {
+                            return error(&to_status(ServerError::NotSupportedForLearner));
+                        }
+                        bidi(
+                            headers,
+                            body,
+                            |req| async move { c.lease_keep_alive(req).await },
+                        )
+                        .await
                     }
-                    if learner {
-                        return error(&to_status(ServerError::NotSupportedForLearner));
-                    }
-                    bidi(
-                        headers,
-                        body,
-                        |req| async move { c.lease_keep_alive(req).await },
-                    )
-                    .await
-                }
-            }),
+                },
+            ),
         );
         let (ch, srv) = (own_stream.clone(), server.clone());
         r = r.route(
@@ -478,13 +557,13 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
                     }
                     // A server-streaming call: grpc-gateway decodes the first
                     // JSON object of the body (none = the default request).
-                    let first = serde_json::Deserializer::from_slice(&body)
-                        .into_iter::<LeaderRequest>()
-                        .next();
+                    let first = go_json(&body).and_then(|v| match v {
+                        None => Ok(LeaderRequest::default()),
+                        Some(v) => serde_json::from_value(v),
+                    });
                     let req = match first {
-                        None => LeaderRequest::default(),
-                        Some(Ok(r)) => r,
-                        Some(Err(e)) => {
+                        Ok(r) => r,
+                        Err(e) => {
                             return error(&to_status(ServerError::BadRequestBody(e.to_string())))
                         }
                     };
