@@ -1,10 +1,11 @@
 //! A seeded random *content* differential test of the KV API: the same
 //! sequence of single-client, sequential requests (Put, Range, DeleteRange,
 //! Txn with every compare target and result and nested Txns, Compact,
-//! LeaseGrant, LeaseRevoke) is sent to a fresh 1-node real etcd 3.4.23 (the
-//! reference) and a fresh 1-node target (retcd by default;
-//! `RETCD_TEST_FLAVOR=etcd` makes it a second etcd, which checks the
-//! normalisation), both empty and started with the same flags.
+//! LeaseGrant, LeaseRevoke) is sent to a fresh real etcd 3.4.23 (the
+//! reference) and a fresh target (retcd by default; `RETCD_TEST_FLAVOR=etcd`
+//! makes it a second etcd, which checks the normalisation), both empty and
+//! started with the same flags, of 1 member (`kv_random_differential`, by
+//! default) or 3 (`kv_random_differential_3_members`, see below).
 //!
 //! Unlike `rpc_fuzz` (status codes only), the whole answer is compared:
 //! both fail with the same gRPC code and message, or both succeed with
@@ -12,31 +13,77 @@
 //! cluster ID, member ID and raft term and replaces the lease IDs the
 //! servers chose by their grant order (requests name a granted lease by
 //! its grant order too; the test also grants leases with IDs of its own,
-//! which both servers must answer as they are). Revisions are compared exactly: both stores start empty and
-//! get the same writes.
+//! which both servers must answer as they are). Revisions are compared
+//! exactly: both stores start empty and get the same writes.
 //!
 //! The keys come from a small space (`a`, `a/b`, `ab`, `c\0`, `\0`, `\xff`,
 //! …) and ranges end at none, a prefix end, `\0` (from the key), another
 //! key of the space (possibly below it) or the key itself, so ranges
 //! overlap. Requests etcd 3.4.23 is known to die on are not generated (a
 //! sort target outside the enum; `ignore_value`/`ignore_lease` in a nested
-//! Txn: see docs/robustness.md, RPC fuzzer), and leases have a TTL of an
-//! hour so none expires during a run.
+//! Txn: see docs/robustness.md, RPC fuzzer; the same flags on a Txn's Put
+//! after a delete that may remove its key: see [`no_etcd_crash`]), and
+//! leases have a TTL of an hour so none expires during a run. A member out
+//! of reach (it died, or a call timed out) stops the run, which then fails
+//! with the members' log tails.
 //!
-//! `RETCD_KV_DIFF_SEED` (default 1) and `RETCD_KV_DIFF_STEPS` (default
-//! 600) replay and size a run; `RETCD_KV_DIFF_TRACE=1` prints every step
-//! and both answers.
+//! **3 members** (`RETCD_KV_DIFF_MEMBERS=3`, or the second test function,
+//! which always runs 3 members, 1000 steps by default): each side is a
+//! 3-member cluster, the test holds a connection to every member, and each
+//! step goes to a member drawn by a second rng seeded from the seed (the
+//! same member index on both sides; the requests are drawn as in the
+//! 1-member mode), so followers forward writes, lease grants and revokes
+//! and compactions to the leader, answer linearizable reads through
+//! ReadIndex and raise errors themselves. The client is sequential, so
+//! every answer is the same whichever member gives it, except:
+//!
+//! - a member answering from its own state without a linearizable read
+//!   ([`served_locally`], as etcd: a serializable Range, or a Txn whose
+//!   ops are all serializable Ranges, or none) may not have applied the
+//!   last write or compaction yet (the member asked waits for its own
+//!   apply, the others do not). Before such a step the test makes that
+//!   member catch up with a linearizable count-only Range of every key on
+//!   it, whose answers are compared too: after its ReadIndex the member
+//!   has applied everything committed before, a compaction too (which
+//!   moves no revision: waiting for a revision would miss it). Stale reads
+//!   are thus not compared, but a server that keeps serving stale state is
+//!   still seen: the serializable read must show what the catch-up read
+//!   saw.
+//! - IDs the server chooses for leases: an etcd member makes them from its
+//!   member ID and a counter, so IDs granted through different members
+//!   compare (a Txn's GREATER or LESS compare of a key's lease) in an
+//!   order that differs from cluster to cluster. Such grants go through
+//!   member 0 (a follower or the leader, as the election fell), where they
+//!   grow in grant order, as in the 1-member mode.
+//! - In a writing Txn, a Range directly in a branch reads only at a
+//!   revision readable then ([`Gen::consistent_in_cluster`]): etcd's
+//!   members diverge otherwise.
+//!
+//! A cluster run adds [`cluster_prelude`] to the fixed steps, and after
+//! the last step compares every member's keys (a linearizable Range of
+//! every key on each). One more check, in both modes and on both sides:
+//! the top header's member ID is the ID of the member asked (from
+//! MemberList, matched by client URL) and its cluster ID the cluster's;
+//! those are listed apart from the differences. The raft terms seen are
+//! printed (a new election can make a step fail on one side only).
+//!
+//! `RETCD_KV_DIFF_SEED` (default 1), `RETCD_KV_DIFF_STEPS` (default 600;
+//! 1000 for the 3-member test) and `RETCD_KV_DIFF_MEMBERS` (default 1)
+//! replay and size a run; `RETCD_KV_DIFF_TRACE=1` prints every step, the
+//! member asked and both answers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use retcd_api::etcdserverpb::{
-    compare, kv_client::KvClient, lease_client::LeaseClient, request_op, response_op,
-    CompactionRequest, CompactionResponse, Compare, DeleteRangeRequest, DeleteRangeResponse,
-    LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, TxnRequest, TxnResponse,
+    cluster_client::ClusterClient, compare, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, request_op, response_op, CompactionRequest,
+    CompactionResponse, Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, MemberListRequest, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, StatusRequest, TxnRequest,
+    TxnResponse,
 };
 use retcd_api::mvccpb::KeyValue;
 use retcd_tests::random_diff::{
@@ -48,6 +95,9 @@ use tonic::transport::Channel;
 
 /// Each call's bound.
 const CALL: Duration = Duration::from_secs(10);
+
+/// The message of a call past [`CALL`] (see [`answer`]).
+const TIMED_OUT: &str = "(test: call timed out)";
 
 /// Differing steps printed at most (the count is always given).
 const MAX_SHOWN: usize = 20;
@@ -201,31 +251,168 @@ fn materialise(req: &Req, leases: &[(i64, bool)]) -> Req {
     req
 }
 
-/// One server: its channel and the IDs of the leases it granted, in order,
-/// each with whether the server chose it (a grant with ID 0).
+/// Whether `a` says the member asked is out of reach: the call timed out,
+/// or failed in the transport (no gRPC status from the server: a member
+/// that died).
+fn out_of_reach(a: &Answer) -> bool {
+    match a {
+        Err((tonic::Code::DeadlineExceeded, m)) => m == TIMED_OUT,
+        Err((tonic::Code::Unavailable, m)) => !m.starts_with("etcdserver"),
+        Err((tonic::Code::Unknown, m)) => m == "transport error",
+        _ => false,
+    }
+}
+
+/// Whether a member answers `req` from its own state, without a
+/// linearizable read first — as etcd 3.4.23 does (`Range` and `Txn`,
+/// `isTxnReadonly` and `isTxnSerializable` in etcdserver/v3_server.go): a
+/// serializable Range, or a Txn whose ops in both branches are all
+/// serializable Ranges (a Txn with no op at all too).
+fn served_locally(req: &Req) -> bool {
+    let serializable = |ops: &[RequestOp]| {
+        ops.iter().all(|op| {
+            matches!(&op.request, Some(request_op::Request::RequestRange(r)) if r.serializable)
+        })
+    };
+    match req {
+        Req::Range(r) => r.serializable,
+        Req::Txn(t) => serializable(&t.success) && serializable(&t.failure),
+        _ => false,
+    }
+}
+
+/// `req` with no Put that etcd 3.4.23 dies on at the top of a Txn's
+/// branch. etcd checks a Put with `ignore_value` or `ignore_lease` against
+/// the store as it was before the Txn (`checkRequestPut` in
+/// etcdserver/apply.go) and panics in the apply ("unexpected error during
+/// txnWrite": every member dies) when an earlier op of its branch deleted
+/// its key; its "duplicate key" check (`checkIntervals` in
+/// etcdserver/api/v3rpc/key.go) misses a delete from a key on (range end
+/// `\0`) and may miss one in a nested Txn. So such a Put after either
+/// loses its ignore flags — unless the flags fail the API's check anyway
+/// (a value or a lease given with them). Returns whether it changed
+/// anything.
+fn no_etcd_crash(req: &mut Req) -> bool {
+    let Req::Txn(t) = req else { return false };
+    // Flags the API lets through (it refuses a value or a lease with them).
+    let flagged = |p: &PutRequest| {
+        (p.ignore_value || p.ignore_lease)
+            && (!p.ignore_value || p.value.is_empty())
+            && (!p.ignore_lease || p.lease == 0)
+    };
+    let mut changed = false;
+    for branch in [&mut t.success, &mut t.failure] {
+        let mut may_delete = false;
+        for op in branch.iter_mut() {
+            match &mut op.request {
+                Some(request_op::Request::RequestDeleteRange(d)) if d.range_end == [0] => {
+                    may_delete = true
+                }
+                Some(request_op::Request::RequestTxn(_)) => may_delete = true,
+                Some(request_op::Request::RequestPut(p)) if may_delete && flagged(p) => {
+                    (p.ignore_value, p.ignore_lease) = (false, false);
+                    changed = true;
+                }
+                _ => {}
+            }
+        }
+    }
+    changed
+}
+
+/// The linearizable read that makes a member catch up before a step it
+/// serves from its own state: a count of every key.
+fn catch_up_read() -> Req {
+    Req::Range(RangeRequest {
+        key: vec![0],
+        range_end: vec![0],
+        count_only: true,
+        ..Default::default()
+    })
+}
+
+/// The top header of a response.
+fn header_of(r: &Resp) -> Option<&ResponseHeader> {
+    match r {
+        Resp::Put(r) => r.header.as_ref(),
+        Resp::Range(r) => r.header.as_ref(),
+        Resp::Delete(r) => r.header.as_ref(),
+        Resp::Txn(r) => r.header.as_ref(),
+        Resp::Compact(r) => r.header.as_ref(),
+        Resp::Grant(r) => r.header.as_ref(),
+        Resp::Revoke(r) => r.header.as_ref(),
+    }
+}
+
+/// One server (a cluster): a channel to each member, each member's ID, the
+/// cluster's ID, the member that led at the start, the raft terms its
+/// answers carried, and the IDs of the leases it granted, in order, each
+/// with whether the server chose it (a grant with ID 0).
 struct Server {
-    chan: Channel,
+    chans: Vec<Channel>,
+    ids: Vec<u64>,
+    cluster_id: u64,
+    leader: usize,
+    terms: BTreeSet<u64>,
     leases: Vec<(i64, bool)>,
 }
 
 impl Server {
+    /// Connects to every member of `c`; learns the member IDs from
+    /// MemberList (matched to the members by client URL) and the leader
+    /// from Status.
     async fn connect(c: &Cluster) -> Server {
-        let chan = Channel::from_shared(c.members[0].endpoint())
-            .expect("url")
-            .connect()
+        let mut chans = Vec::new();
+        for m in &c.members {
+            let endpoint = Channel::from_shared(m.endpoint()).expect("url");
+            let chan = (timeout(CALL, endpoint.connect()).await)
+                .expect("connect in time")
+                .expect("connect");
+            chans.push(chan);
+        }
+        let mut cl = ClusterClient::new(chans[0].clone());
+        let list = timeout(CALL, cl.member_list(MemberListRequest::default()))
             .await
-            .expect("connect");
+            .expect("MemberList in time")
+            .expect("MemberList")
+            .into_inner();
+        let ids: Vec<u64> = (c.members.iter())
+            .map(|m| {
+                let listed = list
+                    .members
+                    .iter()
+                    .find(|l| l.client_ur_ls.contains(&m.endpoint()));
+                listed
+                    .unwrap_or_else(|| panic!("{} not in {list:?}", m.endpoint()))
+                    .id
+            })
+            .collect();
+        let mut mt = MaintenanceClient::new(chans[0].clone());
+        let status = timeout(CALL, mt.status(StatusRequest {}))
+            .await
+            .expect("Status in time")
+            .expect("Status")
+            .into_inner();
+        let leader = (ids.iter().position(|&id| id == status.leader))
+            .unwrap_or_else(|| panic!("leader {:#x} is none of {ids:x?}", status.leader));
         Server {
-            chan,
+            chans,
+            ids,
+            cluster_id: list.header.map_or(0, |h| h.cluster_id),
+            leader,
+            terms: BTreeSet::new(),
             leases: Vec::new(),
         }
     }
 
-    /// Sends `req` (materialised for this server) and returns its answer,
-    /// normalised, and records a granted lease.
-    async fn call(&mut self, req: &Req) -> Answer {
-        let mut kv = KvClient::new(self.chan.clone());
-        let mut ls = LeaseClient::new(self.chan.clone());
+    /// Sends `req` (materialised for this server) to member `member` and
+    /// returns its answer, normalised, and what is wrong with the
+    /// answer's member and cluster IDs, if anything; records a granted
+    /// lease and the raft term.
+    async fn call(&mut self, req: &Req, member: usize) -> (Answer, Option<String>) {
+        let chan = &self.chans[member];
+        let mut kv = KvClient::new(chan.clone());
+        let mut ls = LeaseClient::new(chan.clone());
         let mut a = match materialise(req, &self.leases) {
             Req::Put(r) => answer(timeout(CALL, kv.put(r)).await, Resp::Put),
             Req::Range(r) => answer(timeout(CALL, kv.range(r)).await, Resp::Range),
@@ -235,11 +422,28 @@ impl Server {
             Req::Grant(r) => answer(timeout(CALL, ls.lease_grant(r)).await, Resp::Grant),
             Req::Revoke(r) => answer(timeout(CALL, ls.lease_revoke(r)).await, Resp::Revoke),
         };
+        let wrong = match &a {
+            Ok(r) => match header_of(r) {
+                None => Some("no header".to_string()),
+                Some(h) => {
+                    self.terms.insert(h.raft_term);
+                    let (id, cluster) = (self.ids[member], self.cluster_id);
+                    (h.member_id != id || h.cluster_id != cluster).then(|| {
+                        format!(
+                            "header member_id {:#x}, cluster_id {:#x}; member {member} is {id:#x} \
+                             of cluster {cluster:#x}",
+                            h.member_id, h.cluster_id
+                        )
+                    })
+                }
+            },
+            Err(_) => None,
+        };
         if let (Ok(Resp::Grant(g)), Req::Grant(asked)) = (&a, req) {
             self.leases.push((g.id, asked.id == 0));
         }
         normalise(&mut a, &self.leases);
-        a
+        (a, wrong)
     }
 }
 
@@ -471,6 +675,38 @@ impl Gen {
         }
     }
 
+    /// In a cluster, `req` with the revision of every Range directly in a
+    /// branch of a Txn that writes moved into the revisions readable now
+    /// (0 stays; below the compact revision becomes it, past the head
+    /// becomes the head). etcd 3.4.23 (and 3.5.1) checks those revisions
+    /// only on the member asked: the others drop a writing Txn's top-level
+    /// Ranges before they apply it (`removeNeedlessRangeReqs` in
+    /// etcdserver/apply.go, called from `applyEntryNormal` in
+    /// etcdserver/server.go when no client waits for the result), so a
+    /// Range at a compacted or future revision there fails the Txn on the
+    /// member asked and applies its writes on the others: etcd's members
+    /// diverge, and the reference has no answer to compare with.
+    fn consistent_in_cluster(&self, req: &mut Req) {
+        let Req::Txn(t) = req else { return };
+        let is_range =
+            |op: &RequestOp| matches!(op.request, Some(request_op::Request::RequestRange(_)));
+        if t.success.iter().chain(&t.failure).all(is_range) {
+            return; // read-only: served by the member asked alone
+        }
+        let first = if self.compacted > 0 {
+            self.compacted
+        } else {
+            -1
+        };
+        for op in t.success.iter_mut().chain(t.failure.iter_mut()) {
+            if let Some(request_op::Request::RequestRange(r)) = &mut op.request {
+                if r.revision != 0 {
+                    r.revision = r.revision.clamp(first, self.head.max(first));
+                }
+            }
+        }
+    }
+
     /// Learns from the reference's (normalised) answer to `req`.
     fn learn(&mut self, req: &Req, a: &Answer) {
         let Ok(r) = a else { return };
@@ -558,18 +794,75 @@ fn show(a: &Answer) -> String {
     }
 }
 
+/// What a run found: the number of differing answers and the first
+/// [`MAX_SHOWN`] of them, and every answer whose header names another
+/// member or cluster than the one asked.
+#[derive(Default)]
+struct Findings {
+    diffs: usize,
+    shown: Vec<String>,
+    wrong_member: Vec<String>,
+}
+
+impl Findings {
+    /// Records both sides' answers to `req`, sent as `what` (a step, or
+    /// the catch-up read before one).
+    fn record(
+        &mut self,
+        what: &str,
+        req: &Req,
+        (ra, r_wrong): &(Answer, Option<String>),
+        (ta, t_wrong): &(Answer, Option<String>),
+        tname: &str,
+    ) {
+        for (side, wrong) in [("etcd", r_wrong), (tname, t_wrong)] {
+            if let Some(wrong) = wrong {
+                self.wrong_member.push(format!(
+                    "{what}, {side}: {wrong}; request {}",
+                    readable(&format!("{req:?}"))
+                ));
+            }
+        }
+        if ra != ta {
+            self.diffs += 1;
+            if self.shown.len() < MAX_SHOWN {
+                self.shown.push(format!(
+                    "{what}: {}\n  etcd:   {}\n  {tname}: {}",
+                    readable(&format!("{req:?}")),
+                    show(ra),
+                    show(ta)
+                ));
+            }
+        }
+    }
+}
+
+/// The 1-member test by default; `RETCD_KV_DIFF_MEMBERS=3` makes it a
+/// 3-member one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kv_random_differential() {
+    let members = env_u64("RETCD_KV_DIFF_MEMBERS", 1).max(1) as usize;
+    run(members, env_u64("RETCD_KV_DIFF_STEPS", 600)).await;
+}
+
+/// The 3-member mode, short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_random_differential_3_members() {
+    run(3, env_u64("RETCD_KV_DIFF_STEPS", 1000)).await;
+}
+
+/// Runs the prelude and `steps` seeded steps against an etcd and a target
+/// cluster of `members` members each, and fails listing the differences.
+async fn run(members: usize, steps: u64) {
     let seed = env_u64("RETCD_KV_DIFF_SEED", 1);
-    let steps = env_u64("RETCD_KV_DIFF_STEPS", 600);
     let trace = std::env::var_os("RETCD_KV_DIFF_TRACE").is_some();
     // A long run gets more time than the default one.
     let limit = LIMIT.max(Duration::from_millis(steps * 100));
     bounded(limit, async {
         let flavor = test_flavor();
         let (reference, target) = tokio::join!(
-            Cluster::start(Flavor::Etcd, 1, FAST),
-            Cluster::start(flavor, 1, FAST),
+            Cluster::start(Flavor::Etcd, members, FAST),
+            Cluster::start(flavor, members, FAST),
         );
         let reference = reference.expect("start reference etcd");
         let target = target.expect("start target");
@@ -585,55 +878,131 @@ async fn kv_random_differential() {
             revs: Vec::new(),
             grants: 0,
         };
+        // The members asked: drawn apart from the requests, so that a seed
+        // sends the same requests in both modes (as long as the answers,
+        // which the generator learns from, are the same).
+        let mut member_rng = StdRng::seed_from_u64(seed ^ 0x6d65_6d62_6572_7321);
+        let role = |s: &Server, m: usize| if s.leader == m { "leader" } else { "follower" };
         let started = Instant::now();
-        let (mut diffs, mut shown, mut errors) = (0usize, Vec::new(), BTreeMap::new());
-        let fixed = prelude();
+        let (mut found, mut errors, mut catch_ups) = (Findings::default(), BTreeMap::new(), 0);
+        let (mut stopped, mut defused) = (None, 0);
+        // Fixed steps first, each with the member it goes to (or none: one
+        // drawn as for a seeded step).
+        let mut fixed: Vec<(Option<usize>, Req)> = prelude().into_iter().map(|r| (None, r)).collect();
+        if members > 1 {
+            fixed.extend(cluster_prelude(members).into_iter().map(|(m, r)| (Some(m), r)));
+        }
         let total = fixed.len() as u64 + steps;
+        let mut ran = 0;
         for n in 0..total {
-            let req = match fixed.get(n as usize) {
-                Some(req) => req.clone(),
-                None => g.next(),
+            ran += 1;
+            let (fixed_member, mut req) = match fixed.get(n as usize) {
+                Some((m, req)) => (*m, req.clone()),
+                None => (None, g.next()),
             };
-            let (ra, ta) = tokio::join!(r.call(&req), t.call(&req));
-            if trace {
-                eprintln!(
-                    "step {n}: {}\n  etcd:   {}\n  {tname}: {}",
-                    readable(&format!("{req:?}")),
-                    show(&ra),
-                    show(&ta)
-                );
+            if no_etcd_crash(&mut req) {
+                defused += 1;
             }
-            if let Err((code, msg)) = &ra {
+            if members > 1 {
+                g.consistent_in_cluster(&mut req);
+            }
+            let (m, what) = if members == 1 {
+                (0, format!("seed {seed} step {n}"))
+            } else {
+                let drawn = member_rng.random_range(0..members);
+                let m = match fixed_member {
+                    Some(m) => m,
+                    // The server chooses the ID: through one member, so
+                    // that IDs grow in grant order on both sides.
+                    None if matches!(&req, Req::Grant(g) if g.id == 0) => 0,
+                    None => drawn,
+                };
+                let roles = format!("{} of etcd, {} of {tname}", role(&r, m), role(&t, m));
+                (m, format!("seed {seed} step {n} on member {m} ({roles} at the start)"))
+            };
+            let mut sent = Vec::new();
+            if members > 1 && served_locally(&req) {
+                catch_ups += 1;
+                let read = catch_up_read();
+                let (ra, ta) = tokio::join!(r.call(&read, m), t.call(&read, m));
+                found.record(&format!("{what}, its catch-up read"), &read, &ra, &ta, tname);
+                sent.push(("catch-up read", read, ra, ta));
+            }
+            let (ra, ta) = tokio::join!(r.call(&req, m), t.call(&req, m));
+            found.record(&what, &req, &ra, &ta, tname);
+            if let Err((code, msg)) = &ra.0 {
                 *errors.entry(format!("{code:?} {msg:?}")).or_insert(0usize) += 1;
             }
-            if ra != ta {
-                diffs += 1;
-                if shown.len() < MAX_SHOWN {
-                    shown.push(format!(
-                        "seed {seed} step {n}: {}\n  etcd:   {}\n  {tname}: {}",
+            g.learn(&req, &ra.0);
+            sent.push(("step", req, ra, ta));
+            // A member out of reach ends the run: every later call would
+            // fail the same on both sides, or wait for its bound.
+            let stalled = (sent.iter()).any(|(_, _, ra, ta)| out_of_reach(&ra.0) || out_of_reach(&ta.0));
+            if trace {
+                for (kind, req, ra, ta) in &sent {
+                    eprintln!(
+                        "{what}, {kind}: {}\n  etcd:   {}\n  {tname}: {}",
                         readable(&format!("{req:?}")),
-                        show(&ra),
-                        show(&ta)
-                    ));
+                        show(&ra.0),
+                        show(&ta.0)
+                    );
                 }
             }
-            g.learn(&req, &ra);
+            if stalled {
+                stopped = Some(format!(
+                    "{what}: the member asked is out of reach (it died, or a call timed out); \
+                     the run stopped there (see the log tails)\n\n"
+                ));
+                break;
+            }
         }
+        // Every member's store at the end: each member of a cluster holds
+        // the same keys, and the target's the same as etcd's.
+        if members > 1 && stopped.is_none() {
+            let every_key = Req::Range(RangeRequest {
+                key: vec![0],
+                range_end: vec![0],
+                ..Default::default()
+            });
+            for m in 0..members {
+                let (ra, ta) = tokio::join!(r.call(&every_key, m), t.call(&every_key, m));
+                let what = format!("seed {seed}, after the last step: member {m}'s keys");
+                found.record(&what, &every_key, &ra, &ta, tname);
+            }
+        }
+        let mode = if members == 1 {
+            String::new()
+        } else {
+            format!(
+                " ({members} members, leader m{} of etcd and m{} of {tname} at the start, raft \
+                 terms seen {:?} and {:?}, {catch_ups} catch-up reads)",
+                r.leader, t.leader, r.terms, t.terms
+            )
+        };
+        let diffs = found.diffs;
         eprintln!(
-            "kv_random_differential: etcd vs {tname}, seed {seed}: {total} steps in {:.1?} \
+            "kv_random_differential{mode}: etcd vs {tname}, seed {seed}: {ran} steps in {:.1?} \
              ({} answered with an error by etcd: {errors:?}), head revision {}, {} leases granted, \
-             {diffs} differing steps",
+             {diffs} differing steps, {} answers naming another member ({defused} Puts lost \
+             their ignore flags: see no_etcd_crash)",
             started.elapsed(),
             errors.values().sum::<usize>(),
             g.head,
-            g.grants
+            g.grants,
+            found.wrong_member.len()
         );
+        let wrong = &found.wrong_member;
+        let stopped = stopped.unwrap_or_default();
         assert!(
-            diffs == 0,
-            "{diffs} of {total} steps differ between etcd and {tname} (seed {seed}; the first {} \
-             below; once the stores differ, later steps may differ only because of it):\n\n{}",
-            shown.len(),
-            shown.join("\n\n")
+            diffs == 0 && wrong.is_empty() && stopped.is_empty(),
+            "{stopped}{diffs} of {ran} steps differ between etcd and {tname} (seed {seed}; the first {} \
+             below; once the stores differ, later steps may differ only because of it):\n\n{}\n\n\
+             {} answers name another member or cluster than the one asked (the first {} below):\n{}",
+            found.shown.len(),
+            found.shown.join("\n\n"),
+            wrong.len(),
+            wrong.len().min(MAX_SHOWN),
+            wrong[..wrong.len().min(MAX_SHOWN)].join("\n")
         );
     })
     .await;
@@ -745,6 +1114,44 @@ fn prelude() -> Vec<Req> {
         key: b"c".to_vec(),
         ..Default::default()
     }));
+    steps
+}
+
+/// Steps a cluster run adds after [`prelude`], each with the member it goes
+/// to: a write through each member, then a Txn whose only op is an empty
+/// nested Txn, comparing the value just written, through the next member.
+/// etcd counts a nested Txn as a write (`isTxnReadonly` in
+/// etcdserver/v3_server.go), so that Txn goes through raft and sees the
+/// write whichever member answers.
+fn cluster_prelude(members: usize) -> Vec<(usize, Req)> {
+    let mut steps = Vec::new();
+    for (m, value) in (0..members).zip(VALUES[1..].iter().cycle()) {
+        steps.push((
+            m,
+            Req::Put(PutRequest {
+                key: b"z".to_vec(),
+                value: value.to_vec(),
+                ..Default::default()
+            }),
+        ));
+        let empty_txn = RequestOp {
+            request: Some(request_op::Request::RequestTxn(TxnRequest::default())),
+        };
+        steps.push((
+            (m + 1) % members,
+            Req::Txn(TxnRequest {
+                compare: vec![Compare {
+                    result: compare::CompareResult::Equal as i32,
+                    target: compare::CompareTarget::Value as i32,
+                    key: b"z".to_vec(),
+                    range_end: Vec::new(),
+                    target_union: Some(compare::TargetUnion::Value(value.to_vec())),
+                }],
+                success: vec![empty_txn],
+                failure: Vec::new(),
+            }),
+        ));
+    }
     steps
 }
 

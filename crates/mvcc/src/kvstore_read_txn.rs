@@ -25,18 +25,6 @@ pub fn is_txn_read_only(req: &TxnRequest) -> bool {
         })
 }
 
-/// Whether every range in `req` (recursively) asks for a serializable read.
-pub fn is_txn_serializable(req: &TxnRequest) -> bool {
-    req.success
-        .iter()
-        .chain(&req.failure)
-        .all(|o| match &o.request {
-            Some(request_op::Request::RequestRange(r)) => r.serializable,
-            Some(request_op::Request::RequestTxn(t)) => is_txn_serializable(t),
-            _ => true,
-        })
-}
-
 impl KvStore {
     /// Evaluates a read-only txn (see [`is_txn_read_only`]) at the last
     /// committed revision. A txn with a put or delete gets an error.

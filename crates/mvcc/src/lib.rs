@@ -36,7 +36,7 @@ pub use kvstore_compaction::{
     DEFAULT_COMPACTION_SLEEP_INTERVAL,
 };
 pub use kvstore_defrag::DefragStats;
-pub use kvstore_read_txn::{is_txn_read_only, is_txn_serializable};
+pub use kvstore_read_txn::is_txn_read_only;
 pub use kvstore_snapshot::{dump_len, SnapshotDump};
 pub use kvstore_txn::WriteBatch;
 pub use range::{has_revision_filter, is_default_ordering, is_plain_range, EncodedRange};

@@ -14,8 +14,9 @@ use crate::auth::Credentials;
 use crate::error::ServerError;
 use prost::Message;
 use retcd_api::etcdserverpb::{
-    AlarmType, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    request_op, AlarmType, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest,
+    TxnResponse,
 };
 use retcd_api::retcdpb::internal_raft_request::Request;
 use std::sync::Arc;
@@ -306,10 +307,23 @@ impl EtcdServer {
     ) -> Result<TxnResponse, ServerError> {
         self.check_quota(cost_txn(&req)).await?;
         validate::check_txn(&req, self.cfg.max_txn_ops as usize)?;
-        // As etcd: a txn that writes nothing is served from the local store
-        // (after a ReadIndex unless every range is serializable).
-        if retcd_mvcc::is_txn_read_only(&req) {
-            if !retcd_mvcc::is_txn_serializable(&req) {
+        // As etcd (`isTxnReadonly`): a txn of Ranges only is served from
+        // the local store, after a ReadIndex unless every one is
+        // serializable (`isTxnSerializable`). A nested Txn counts as a
+        // write there: it goes through raft, so a follower never answers
+        // it from a state older than the last write (it did when nested
+        // Txns were looked into: one of no ranges was "serializable").
+        let ops = || {
+            req.success
+                .iter()
+                .chain(&req.failure)
+                .map(|o| o.request.as_ref())
+        };
+        let only_ranges = ops().all(|r| matches!(r, Some(request_op::Request::RequestRange(_))));
+        if only_ranges {
+            let serializable = ops()
+                .all(|r| matches!(r, Some(request_op::Request::RequestRange(r)) if r.serializable));
+            if !serializable {
                 self.linearizable_read_notify().await?;
             }
             let who = self.who(creds)?;
