@@ -116,6 +116,74 @@ pub trait Dice {
     }
 }
 
+/// `s` with every number that is a placeholder (`base + i`, i below
+/// 2^20) written `name#i`: the server-chosen IDs the tests map by order.
+pub fn placeholder_names(s: &str, base: i64, name: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut digits = String::new();
+    let flush = |digits: &mut String, out: &mut String| {
+        match digits.parse::<i64>() {
+            Ok(n) if (base..base + (1 << 20)).contains(&n) => {
+                out.push_str(&format!("{name}#{}", n - base));
+            }
+            _ => out.push_str(digits),
+        }
+        digits.clear();
+    };
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+        } else {
+            flush(&mut digits, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut digits, &mut out);
+    out
+}
+
+/// Each object's keys in the order written (objects in the order they end).
+pub fn key_order(json: &str) -> Vec<String> {
+    let b = json.as_bytes();
+    let (mut out, mut stack) = (Vec::new(), Vec::<Option<Vec<String>>>::new());
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'{' => {
+                stack.push(Some(Vec::new()));
+                expect_key = true;
+            }
+            b'[' => stack.push(None),
+            b'}' | b']' => {
+                if let Some(Some(keys)) = stack.pop() {
+                    out.push(keys.join(","));
+                }
+                expect_key = false;
+            }
+            b',' => expect_key = matches!(stack.last(), Some(Some(_))),
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                if expect_key {
+                    let k =
+                        serde_json::from_slice(&b[start..=i.min(b.len() - 1)]).unwrap_or_default();
+                    if let Some(Some(keys)) = stack.last_mut() {
+                        keys.push(k);
+                    }
+                    expect_key = false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -110,7 +110,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use retcd_tests::http::{raw_exchange, RawResp};
-use retcd_tests::random_diff::{env_u64, range_end, Dice};
+use retcd_tests::random_diff::{env_u64, key_order, range_end, Dice};
 use retcd_tests::{bounded, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST};
 use serde_json::Value;
 
@@ -189,48 +189,6 @@ fn as_i64(v: &Value) -> i64 {
         .and_then(|s| s.parse().ok())
         .or_else(|| v.as_i64())
         .unwrap_or(0)
-}
-
-/// Each object's keys in the order written (objects in the order they end).
-fn key_order(json: &str) -> Vec<String> {
-    let b = json.as_bytes();
-    let (mut out, mut stack) = (Vec::new(), Vec::<Option<Vec<String>>>::new());
-    let mut expect_key = false;
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'{' => {
-                stack.push(Some(Vec::new()));
-                expect_key = true;
-            }
-            b'[' => stack.push(None),
-            b'}' | b']' => {
-                if let Some(Some(keys)) = stack.pop() {
-                    out.push(keys.join(","));
-                }
-                expect_key = false;
-            }
-            b',' => expect_key = matches!(stack.last(), Some(Some(_))),
-            b'"' => {
-                let start = i;
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                if expect_key {
-                    let k =
-                        serde_json::from_slice(&b[start..=i.min(b.len() - 1)]).unwrap_or_default();
-                    if let Some(Some(keys)) = stack.last_mut() {
-                        keys.push(k);
-                    }
-                    expect_key = false;
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    out
 }
 
 // ---------------------------------------------------------------------

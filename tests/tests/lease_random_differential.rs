@@ -82,7 +82,9 @@ use retcd_api::etcdserverpb::{
     TxnResponse,
 };
 use retcd_api::mvccpb::KeyValue;
-use retcd_tests::random_diff::{answer, bytes_as_strings, env_u64, range_end, recent_rev, Dice};
+use retcd_tests::random_diff::{
+    answer, bytes_as_strings, env_u64, placeholder_names, range_end, recent_rev, Dice,
+};
 use retcd_tests::{bounded, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -990,32 +992,7 @@ impl Gen {
 /// escaped string (`"a/b"`) and every lease placeholder as
 /// `lease#<grant order>`.
 fn readable(debug: &str) -> String {
-    bytes_as_strings(&lease_names(debug))
-}
-
-/// `s` with every number that is a lease placeholder written `lease#<i>`.
-fn lease_names(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut digits = String::new();
-    let flush = |digits: &mut String, out: &mut String| {
-        match digits.parse::<i64>() {
-            Ok(n) if (LEASE_BASE..LEASE_BASE + (1 << 20)).contains(&n) => {
-                out.push_str(&format!("lease#{}", n - LEASE_BASE));
-            }
-            _ => out.push_str(digits),
-        }
-        digits.clear();
-    };
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-        } else {
-            flush(&mut digits, &mut out);
-            out.push(c);
-        }
-    }
-    flush(&mut digits, &mut out);
-    out
+    bytes_as_strings(&placeholder_names(debug, LEASE_BASE, "lease"))
 }
 
 fn show(a: &Answer) -> String {
