@@ -1724,6 +1724,13 @@ fn prelude() -> Vec<Step> {
         fixed("lease revoke", &[b"lease", b"revoke", l0, pb], None),
         // -w protobuf of `auth status`: the message's bytes as they are
         fixed("auth status", &[b"auth", b"status", pb], None),
+        // an unknown output format is refused before a bad lease ID
+        // (etcdctl makes its client, which checks the format, first)
+        fixed(
+            "lease timetolive",
+            &[b"-w", b"yaml", b"lease", b"timetolive", b"xyz"],
+            None,
+        ),
         // a range end below the key for a role that does not exist:
         // etcd 3.5.1 looks the role up first (newer etcd checks the range
         // first: "invalid auth management")

@@ -72,6 +72,10 @@ pub async fn revoke(ctx: &mut Ctx) -> Result<(), Exit> {
 pub async fn timetolive(ctx: &mut Ctx) -> Result<(), Exit> {
     one_arg(ctx, "lease timetolive command needs lease ID as argument")?;
     let keys = ctx.p.bool("keys");
+    // etcdctl evaluates `mustClientFromCmd(cmd).TimeToLive(…, leaseFromArgs(…))`:
+    // the client's settings and the output format are checked before the ID
+    ctx.conn_conf(true)?;
+    ctx.printer()?;
     let id = lease_id(&ctx.p.args[0])?;
     let mut o = LeaseTimeToLiveOptions::new();
     if keys {
