@@ -1649,6 +1649,10 @@ impl Server {
             body.truncate(n);
         }
         let ended = match (c.eof, chunked, last_chunk) {
+            // A whole (unchunked) answer, an error before the stream: Go
+            // keeps the connection while the request body is unfinished,
+            // hyper closes it; either way the answer is all there.
+            _ if !chunked && status != 0 => "answered whole",
             (false, ..) => "open",
             (true, true, true) => "closed after the last chunk",
             (true, true, false) => "closed without the last chunk",
@@ -1702,6 +1706,9 @@ impl Server {
                 "{ended}{}",
                 c.error
                     .as_ref()
+                    // after a whole answer, what was still sent may meet
+                    // a connection hyper closed (see `ended`)
+                    .filter(|e| !(ended == "answered whole" && e.starts_with("write: ")))
                     .map_or(String::new(), |e| format!(" ({e})"))
             ),
             lines,

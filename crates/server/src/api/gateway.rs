@@ -222,7 +222,12 @@ impl BodyValues {
             let parsed = values.next();
             let used = values.byte_offset();
             match parsed {
-                Some(Ok(v)) => {
+                // Go's decoder knows an object or array is whole at its
+                // closing bracket, but a bare value (`null`, a number, a
+                // string) only once a byte follows it or the body ends
+                Some(Ok(v))
+                    if self.done || used < self.buf.len() || v.is_object() || v.is_array() =>
+                {
                     self.buf.drain(..used);
                     return Ok(Some(v));
                 }
