@@ -111,10 +111,7 @@ where
     F: FnOnce(tonic::Request<Req>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
 {
-    let req: Req = match go_json(&body).and_then(|v| match v {
-        None => Ok(Req::default()),
-        Some(v) => serde_json::from_value(v),
-    }) {
+    let req: Req = match go_json(&body) {
         Ok(r) => r,
         Err(e) => return error(&to_status(ServerError::BadRequestBody(e.to_string()))),
     };
@@ -124,26 +121,33 @@ where
     }
 }
 
-/// A unary body as grpc-gateway reads it (Go's `json.Decoder.Decode`, then
-/// its unmarshalling), for the typed decoding after it: only the first JSON
-/// value counts (what follows it is ignored); a body that is empty or
-/// `null` is the default request (`None`); a member set to `null` is
+/// A unary body decoded as grpc-gateway decodes it (Go's
+/// `json.Decoder.Decode`, then jsonpb): only the first JSON value counts
+/// (what follows it is ignored); a body that is empty or `null` is the
+/// default request; a member set to `null` is
 /// absent; of a member given twice the last counts, and of a member given
 /// by its .proto name and by its camelCase one, the camelCase one (even a
 /// `null` one).
-fn go_json(body: &[u8]) -> Result<Option<serde_json::Value>, serde_json::Error> {
-    use serde_json::Value;
+fn go_json<Req: DeserializeOwned + Default>(body: &[u8]) -> Result<Req, serde_json::Error> {
     match serde_json::Deserializer::from_slice(body)
-        .into_iter::<Value>()
+        .into_iter::<serde_json::Value>()
         .next()
     {
-        None | Some(Ok(Value::Null)) => Ok(None),
-        Some(Ok(mut v)) => {
-            go_clean(&mut v);
-            Ok(Some(v))
-        }
-        Some(Err(e)) => Err(e),
+        None => Ok(Req::default()),
+        Some(v) => go_decode(v?),
     }
+}
+
+/// One JSON value decoded as jsonpb decodes it: `null` is the default
+/// request, members as [`go_clean`] leaves them.
+fn go_decode<Req: DeserializeOwned + Default>(
+    mut v: serde_json::Value,
+) -> Result<Req, serde_json::Error> {
+    if v.is_null() {
+        return Ok(Req::default());
+    }
+    go_clean(&mut v);
+    serde_json::from_value(v)
 }
 
 /// A JSON value as jsonpb reads it (see [`go_json`]): members set to
@@ -251,16 +255,10 @@ impl BodyValues {
     async fn next_request<Req: DeserializeOwned + Default>(
         &mut self,
     ) -> Result<Option<Req>, String> {
-        let Some(mut v) = self.next().await? else {
-            return Ok(None);
-        };
-        if v.is_null() {
-            return Ok(Some(Req::default()));
+        match self.next().await? {
+            Some(v) => go_decode(v).map(Some).map_err(|e| e.to_string()),
+            None => Ok(None),
         }
-        go_clean(&mut v);
-        serde_json::from_value(v)
-            .map(Some)
-            .map_err(|e| e.to_string())
     }
 }
 
@@ -562,11 +560,7 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
                     }
                     // A server-streaming call: grpc-gateway decodes the first
                     // JSON object of the body (none = the default request).
-                    let first = go_json(&body).and_then(|v| match v {
-                        None => Ok(LeaderRequest::default()),
-                        Some(v) => serde_json::from_value(v),
-                    });
-                    let req = match first {
+                    let req = match go_json::<LeaderRequest>(&body) {
                         Ok(r) => r,
                         Err(e) => {
                             return error(&to_status(ServerError::BadRequestBody(e.to_string())))
