@@ -93,23 +93,16 @@ fn pb_header(h: Option<&PbResponseHeader>) {
 fn header_text(h: Option<&PbResponseHeader>) -> String {
     let d = PbResponseHeader::default();
     let h = h.unwrap_or(&d);
-    let mut s = String::new();
-    for (name, v) in [
-        ("cluster_id", h.cluster_id),
-        ("member_id", h.member_id),
-        ("revision", h.revision as u64),
-        ("raft_term", h.raft_term),
-    ] {
-        if v != 0 {
-            let v = if name == "revision" {
-                (v as i64).to_string()
-            } else {
-                v.to_string()
-            };
-            s.push_str(&format!("{name}:{v} "));
-        }
-    }
-    s
+    [
+        ("cluster_id", h.cluster_id != 0, h.cluster_id.to_string()),
+        ("member_id", h.member_id != 0, h.member_id.to_string()),
+        ("revision", h.revision != 0, h.revision.to_string()),
+        ("raft_term", h.raft_term != 0, h.raft_term.to_string()),
+    ]
+    .iter()
+    .filter(|(_, set, _)| *set)
+    .map(|(name, _, v)| format!("{name}:{v} "))
+    .collect()
 }
 
 fn hex_escaped(b: &[u8]) -> String {
