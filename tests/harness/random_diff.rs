@@ -199,3 +199,41 @@ mod tests {
         assert_eq!(prefix_end(b"\xff"), b"\x00");
     }
 }
+
+/// Clears what two servers' headers differ in by nature: the cluster ID,
+/// the member ID and the raft term (revisions are compared).
+pub fn clear_header(h: &mut Option<retcd_api::etcdserverpb::ResponseHeader>) {
+    if let Some(h) = h {
+        h.cluster_id = 0;
+        h.member_id = 0;
+        h.raft_term = 0;
+    }
+}
+
+/// A Txn answer with every header cleared ([`clear_header`]) and every
+/// key-value it holds passed to `kv`, in nested Txns too.
+pub fn normalise_txn(
+    t: &mut retcd_api::etcdserverpb::TxnResponse,
+    kv: &dyn Fn(&mut retcd_api::mvccpb::KeyValue),
+) {
+    use retcd_api::etcdserverpb::response_op::Response;
+    clear_header(&mut t.header);
+    for r in &mut t.responses {
+        match &mut r.response {
+            Some(Response::ResponseRange(r)) => {
+                clear_header(&mut r.header);
+                r.kvs.iter_mut().for_each(kv);
+            }
+            Some(Response::ResponsePut(r)) => {
+                clear_header(&mut r.header);
+                r.prev_kv.iter_mut().for_each(kv);
+            }
+            Some(Response::ResponseDeleteRange(r)) => {
+                clear_header(&mut r.header);
+                r.prev_kvs.iter_mut().for_each(kv);
+            }
+            Some(Response::ResponseTxn(t)) => normalise_txn(t, kv),
+            None => {}
+        }
+    }
+}

@@ -79,15 +79,15 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use retcd_api::etcdserverpb::{
     cluster_client::ClusterClient, compare, kv_client::KvClient, lease_client::LeaseClient,
-    maintenance_client::MaintenanceClient, request_op, response_op, CompactionRequest,
-    CompactionResponse, Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
-    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, MemberListRequest, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, RequestOp, ResponseHeader, StatusRequest, TxnRequest,
-    TxnResponse,
+    maintenance_client::MaintenanceClient, request_op, CompactionRequest, CompactionResponse,
+    Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, MemberListRequest, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, RequestOp, ResponseHeader, StatusRequest, TxnRequest, TxnResponse,
 };
 use retcd_api::mvccpb::KeyValue;
 use retcd_tests::random_diff::{
-    answer, bytes_as_strings, env_u64, placeholder_names, prefix_end, range_end, recent_rev, Dice,
+    answer, bytes_as_strings, clear_header, env_u64, normalise_txn, placeholder_names, prefix_end,
+    range_end, recent_rev, Dice,
 };
 use retcd_tests::{bounded, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor, FAST};
 use tokio::time::timeout;
@@ -155,13 +155,7 @@ type Answer = Result<Resp, (tonic::Code, String)>;
 /// placeholder `LEASE_BASE + i`. IDs the test asked for stay as they are,
 /// so the servers must grant exactly those.
 fn normalise(a: &mut Answer, leases: &[(i64, bool)]) {
-    fn header(h: &mut Option<ResponseHeader>) {
-        if let Some(h) = h {
-            h.cluster_id = 0;
-            h.member_id = 0;
-            h.raft_term = 0;
-        }
-    }
+    let header = clear_header;
     let lease = |id: &mut i64| {
         // The latest grant of an ID: an ID may be granted again after a
         // revoke.
@@ -172,27 +166,6 @@ fn normalise(a: &mut Answer, leases: &[(i64, bool)]) {
         }
     };
     let kv = |k: &mut KeyValue| lease(&mut k.lease);
-    fn txn(t: &mut TxnResponse, kv: &dyn Fn(&mut KeyValue)) {
-        header(&mut t.header);
-        for r in &mut t.responses {
-            match &mut r.response {
-                Some(response_op::Response::ResponseRange(r)) => {
-                    header(&mut r.header);
-                    r.kvs.iter_mut().for_each(kv);
-                }
-                Some(response_op::Response::ResponsePut(r)) => {
-                    header(&mut r.header);
-                    r.prev_kv.iter_mut().for_each(kv);
-                }
-                Some(response_op::Response::ResponseDeleteRange(r)) => {
-                    header(&mut r.header);
-                    r.prev_kvs.iter_mut().for_each(kv);
-                }
-                Some(response_op::Response::ResponseTxn(t)) => txn(t, kv),
-                None => {}
-            }
-        }
-    }
     let Ok(r) = a else { return };
     match r {
         Resp::Put(r) => {
@@ -207,7 +180,7 @@ fn normalise(a: &mut Answer, leases: &[(i64, bool)]) {
             header(&mut r.header);
             r.prev_kvs.iter_mut().for_each(kv);
         }
-        Resp::Txn(t) => txn(t, &kv),
+        Resp::Txn(t) => normalise_txn(t, &kv),
         Resp::Compact(r) => header(&mut r.header),
         Resp::Grant(r) => {
             header(&mut r.header);

@@ -74,7 +74,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use retcd_api::etcdserverpb::{
-    compare, kv_client::KvClient, lease_client::LeaseClient, request_op, response_op, Compare,
+    compare, kv_client::KvClient, lease_client::LeaseClient, request_op, Compare,
     DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse,
     LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest, LeaseLeasesResponse,
     LeaseRevokeRequest, LeaseRevokeResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
@@ -83,7 +83,8 @@ use retcd_api::etcdserverpb::{
 };
 use retcd_api::mvccpb::KeyValue;
 use retcd_tests::random_diff::{
-    answer, bytes_as_strings, env_u64, placeholder_names, range_end, recent_rev, Dice,
+    answer, bytes_as_strings, clear_header, env_u64, normalise_txn, placeholder_names, range_end,
+    recent_rev, Dice,
 };
 use retcd_tests::{bounded, limit::NORMAL as LIMIT, test_flavor, Cluster, Flavor};
 use tokio::sync::mpsc;
@@ -206,40 +207,13 @@ type Answer = Result<Resp, (tonic::Code, String)>;
 /// grant order) become their placeholders; LeaseLeases' leases and
 /// TimeToLive's keys are sorted.
 fn normalise(a: &mut Answer, chosen: &[i64]) {
-    fn header(h: &mut Option<ResponseHeader>) {
-        if let Some(h) = h {
-            h.cluster_id = 0;
-            h.member_id = 0;
-            h.raft_term = 0;
-        }
-    }
+    let header = clear_header;
     let lease = |id: &mut i64| {
         if let Some(i) = chosen.iter().position(|c| c == id) {
             *id = LEASE_BASE + i as i64;
         }
     };
     let kv = |k: &mut KeyValue| lease(&mut k.lease);
-    fn txn(t: &mut TxnResponse, kv: &dyn Fn(&mut KeyValue)) {
-        header(&mut t.header);
-        for r in &mut t.responses {
-            match &mut r.response {
-                Some(response_op::Response::ResponseRange(r)) => {
-                    header(&mut r.header);
-                    r.kvs.iter_mut().for_each(kv);
-                }
-                Some(response_op::Response::ResponsePut(r)) => {
-                    header(&mut r.header);
-                    r.prev_kv.iter_mut().for_each(kv);
-                }
-                Some(response_op::Response::ResponseDeleteRange(r)) => {
-                    header(&mut r.header);
-                    r.prev_kvs.iter_mut().for_each(kv);
-                }
-                Some(response_op::Response::ResponseTxn(t)) => txn(t, kv),
-                None => {}
-            }
-        }
-    }
     let Ok(r) = a else { return };
     match r {
         Resp::Put(r) => {
@@ -254,7 +228,7 @@ fn normalise(a: &mut Answer, chosen: &[i64]) {
             header(&mut r.header);
             r.prev_kvs.iter_mut().for_each(kv);
         }
-        Resp::Txn(t) => txn(t, &kv),
+        Resp::Txn(t) => normalise_txn(t, &kv),
         Resp::Grant(r) => {
             header(&mut r.header);
             lease(&mut r.id);
