@@ -119,14 +119,21 @@ pub trait Dice {
 /// `s` with every number that is a placeholder (`base + i`, i below
 /// 2^20) written `name#i`: the server-chosen IDs the tests map by order.
 pub fn placeholder_names(s: &str, base: i64, name: &str) -> String {
+    rename_numbers(s, |digits| match digits.parse::<i64>() {
+        Ok(n) if (base..base + (1 << 20)).contains(&n) => Some(format!("{name}#{}", n - base)),
+        _ => None,
+    })
+}
+
+/// `s` with each run of ASCII digits replaced by what `rename` makes of
+/// it, or kept when it makes nothing.
+pub fn rename_numbers(s: &str, rename: impl Fn(&str) -> Option<String>) -> String {
     let mut out = String::with_capacity(s.len());
     let mut digits = String::new();
     let flush = |digits: &mut String, out: &mut String| {
-        match digits.parse::<i64>() {
-            Ok(n) if (base..base + (1 << 20)).contains(&n) => {
-                out.push_str(&format!("{name}#{}", n - base));
-            }
-            _ => out.push_str(digits),
+        match rename(digits) {
+            Some(name) => out.push_str(&name),
+            None => out.push_str(digits),
         }
         digits.clear();
     };

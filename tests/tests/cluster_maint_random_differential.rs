@@ -164,7 +164,9 @@ use retcd_api::etcdserverpb::{
     MoveLeaderResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
     ResponseHeader, StatusRequest, StatusResponse, TxnRequest, TxnResponse,
 };
-use retcd_tests::random_diff::{answer, bytes_as_strings, env_u64, prefix_end, recent_rev, Dice};
+use retcd_tests::random_diff::{
+    answer, bytes_as_strings, env_u64, prefix_end, recent_rev, rename_numbers, Dice,
+};
 use retcd_tests::{
     bounded, etcd351_bin, limit::NORMAL as LIMIT, retry_until, test_flavor, Cluster, Flavor, FAST,
 };
@@ -1105,28 +1107,13 @@ fn readable(debug: &str) -> String {
 
 /// `s` with every number that is a member placeholder written `member#<i>`.
 fn member_names(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut digits = String::new();
-    let flush = |digits: &mut String, out: &mut String| {
-        match digits.parse::<u64>() {
-            Ok(LAST_MEMBER) => out.push_str("member#last"),
-            Ok(n) if (MEMBER_BASE..MEMBER_BASE + (1 << 20)).contains(&n) => {
-                out.push_str(&format!("member#{}", n - MEMBER_BASE));
-            }
-            _ => out.push_str(digits),
+    rename_numbers(s, |digits| match digits.parse::<u64>() {
+        Ok(LAST_MEMBER) => Some("member#last".to_string()),
+        Ok(n) if (MEMBER_BASE..MEMBER_BASE + (1 << 20)).contains(&n) => {
+            Some(format!("member#{}", n - MEMBER_BASE))
         }
-        digits.clear();
-    };
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-        } else {
-            flush(&mut digits, &mut out);
-            out.push(c);
-        }
-    }
-    flush(&mut digits, &mut out);
-    out
+        _ => None,
+    })
 }
 
 fn show(a: &Answer) -> String {
