@@ -191,22 +191,6 @@ pub fn key_order(json: &str) -> Vec<String> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_bytes_as_strings_and_prefix_end() {
-        assert_eq!(
-            bytes_as_strings("PutRequest { key: [97, 47, 98], value: [], x: [0, 255] }"),
-            r#"PutRequest { key: "a/b", value: [], x: "\x00\xff" }"#
-        );
-        assert_eq!(prefix_end(b"a"), b"b");
-        assert_eq!(prefix_end(b"a\xff"), b"b");
-        assert_eq!(prefix_end(b"\xff"), b"\x00");
-    }
-}
-
 /// Clears what two servers' headers differ in by nature: the cluster ID,
 /// the member ID and the raft term (revisions are compared).
 pub fn clear_header(h: &mut Option<retcd_api::etcdserverpb::ResponseHeader>) {
@@ -242,5 +226,21 @@ pub fn normalise_txn(
             Some(Response::ResponseTxn(t)) => normalise_txn(t, kv),
             None => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_bytes_as_strings_and_prefix_end() {
+        assert_eq!(
+            bytes_as_strings("PutRequest { key: [97, 47, 98], value: [], x: [0, 255] }"),
+            r#"PutRequest { key: "a/b", value: [], x: "\x00\xff" }"#
+        );
+        assert_eq!(prefix_end(b"a"), b"b");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), b"\x00");
     }
 }
