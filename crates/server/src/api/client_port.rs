@@ -109,15 +109,32 @@ impl ClientPort {
 
     /// Answers one request.
     pub fn call(&self, req: Request<Body>) -> BoxFuture<Response<Body>, Infallible> {
-        let (Some(front), Some(grpc)) = (&self.front, Grpc::of(req.uri().path())) else {
+        // etcd's cmux hands an HTTP/1.x connection to its HTTP server
+        // whatever the request: only HTTP/2 can be gRPC
+        let h2 = req.version() == axum::http::Version::HTTP_2;
+        let grpc = h2.then(|| Grpc::of(req.uri().path())).flatten();
+        let (Some(front), Some(grpc)) = (&self.front, grpc) else {
             // hyper dates no HTTP/2 response (`api::serve`): gRPC answers
-            // carry no date, as grpc-go's; an HTTP answer does, as Go's
-            let h2 = req.version() == axum::http::Version::HTTP_2;
-            let answer = self.http.clone().call(req);
+            // carry no date, as grpc-go's; an HTTP answer does, as Go's.
+            // Go's server, etcd's access controller and ServeMux first
+            // (`http::go_front`), then the routes.
+            let routed = match super::http::go_front(req, true) {
+                super::http::Front::Answer(resp) => Err(resp),
+                super::http::Front::Route(req, origin) => Ok((self.http.clone().call(req), origin)),
+            };
             return Box::pin(async move {
-                let mut resp = match answer.await {
-                    Ok(resp) => resp,
-                    Err(never) => match never {},
+                let mut resp = match routed {
+                    Err(resp) => resp,
+                    Ok((answer, origin)) => {
+                        let mut resp = match answer.await {
+                            Ok(resp) => resp,
+                            Err(never) => match never {},
+                        };
+                        if let Some(o) = origin {
+                            super::gateway::add_cors_headers(resp.headers_mut(), &o);
+                        }
+                        resp
+                    }
                 };
                 if h2 && !resp.headers().contains_key(axum::http::header::DATE) {
                     let now = httpdate::fmt_http_date(std::time::SystemTime::now());
@@ -209,7 +226,8 @@ fn guard(server: &EtcdServer, req: &mut Request<Body>) -> Option<Response<Body>>
         crate::auth::cert::pass_cert_user(req);
     }
     if !gateway::is_grpc(req.headers()) {
-        return Some(gateway::not_served(req.method(), req.uri().path()).map(Body::new));
+        let (method, uri) = (req.method(), req.uri());
+        return Some(gateway::not_served(method, uri.path(), uri.query()).map(Body::new));
     }
     if let Err(status) = super::grpc::framing::refuse_compressed(req.headers()) {
         return Some(status.into_http::<Body>());

@@ -581,7 +581,7 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
             );
         }
     }
-    r.layer(axum::middleware::from_fn(cors))
+    r
 }
 
 /// Go's `http.Error(w, text, code)`: `text` and a newline as
@@ -644,18 +644,24 @@ fn allowed_origin(origin: Option<&str>) -> Option<String> {
         .map(str::to_string)
 }
 
-/// etcd's access controller in front of the client port's HTTP answers:
-/// a Host not in `--host-whitelist` (insecure URLs only) is refused with
-/// 421 and etcd's DNS-rebinding text; allowed origins get the three CORS
-/// headers; OPTIONS is 200.
-pub async fn cors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// etcd's access controller in front of the client port's HTTP answers
+/// (`embed/serve.go`, `accessController`; called by `http::go_front`):
+/// a Host not in `--host-whitelist` (insecure URLs only; the request
+/// target's host for an absolute-form target, as Go's `r.Host`) is
+/// refused with 421 and etcd's DNS-rebinding text; else the origin the
+/// CORS headers are to name, if any.
+pub fn access<B>(req: &axum::http::Request<B>) -> Result<Option<String>, Box<Response>> {
     if let Some(hosts) = ACCESS.get().and_then(|a| a.hosts.as_ref()) {
         let host_port = req
-            .headers()
-            .get(axum::http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_string)
-            .or_else(|| req.uri().authority().map(|a| a.to_string()))
+            .uri()
+            .authority()
+            .map(|a| a.to_string())
+            .or_else(|| {
+                req.headers()
+                    .get(axum::http::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_string)
+            })
             .unwrap_or_default();
         let host = match host_port.rsplit_once(':') {
             Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !h.is_empty() => {
@@ -665,28 +671,19 @@ pub async fn cors(req: axum::extract::Request, next: axum::middleware::Next) -> 
         };
         if !hosts.contains(&host) {
             tracing::warn!(host = %host, "rejecting HTTP request to prevent DNS rebinding attacks");
-            return go_error(
+            return Err(Box::new(go_error(
                 StatusCode::MISDIRECTED_REQUEST,
                 &format!(
                     "\netcd received your request, but the Host header was unrecognized.\n\nTo fix this, choose one of the following options:\n- Enable TLS, then any HTTPS request will be allowed.\n- Add the hostname you want to use to the whitelist in settings.\n  - e.g. etcd --host-whitelist {host:?}\n\nThis requirement has been added to help prevent \"DNS Rebinding\" attacks (CVE-2018-5702).\n"
                 ),
-            );
+            )));
         }
     }
-    let origin = allowed_origin(
+    Ok(allowed_origin(
         req.headers()
             .get(axum::http::header::ORIGIN)
             .and_then(|o| o.to_str().ok()),
-    );
-    let mut resp = if req.method() == axum::http::Method::OPTIONS {
-        StatusCode::OK.into_response()
-    } else {
-        next.run(req).await
-    };
-    if let Some(o) = origin {
-        add_cors_headers(resp.headers_mut(), &o);
-    }
-    resp
+    ))
 }
 
 /// etcd's `addCORSHeader`.
@@ -718,7 +715,7 @@ pub fn is_grpc(headers: &HeaderMap) -> bool {
 /// as grpc-go answers an unknown service; anything else is what etcd's
 /// HTTP handler answers a path it does not serve ([`not_served`]).
 pub async fn client_fallback(req: axum::extract::Request) -> Response {
-    if is_grpc(req.headers()) {
+    if req.version() == axum::http::Version::HTTP_2 && is_grpc(req.headers()) {
         let (parts, ()) = tonic::Status::unimplemented(format!(
             "unknown service {}",
             req.uri()
@@ -732,39 +729,25 @@ pub async fn client_fallback(req: axum::extract::Request) -> Response {
         .into_parts();
         return Response::from_parts(parts, axum::body::Body::empty());
     }
-    not_served(req.method(), req.uri().path())
+    not_served(req.method(), req.uri().path(), req.uri().query())
 }
 
 /// What etcd's HTTP client handler (Go's `ServeMux` behind the CORS
 /// handler) answers a request that is neither gRPC nor one of its routes:
 /// `/v3` redirects to `/v3/` (the gateway's subtree), anything else is
 /// `404 page not found`.
-pub fn not_served(method: &axum::http::Method, path: &str) -> Response {
-    use axum::http::{header, Method};
+pub fn not_served(method: &axum::http::Method, path: &str, query: Option<&str>) -> Response {
+    use axum::http::Method;
     let mut resp = if method == Method::OPTIONS {
         StatusCode::OK.into_response()
     } else if path == "/v3" {
-        // Go's http.Redirect: an HTML body for GET and HEAD only.
-        let body = if method == Method::GET || method == Method::HEAD {
-            "<a href=\"/v3/\">Moved Permanently</a>.\n\n"
-        } else {
-            ""
+        // Go's ServeMux: `/v3/` is a subtree, so `/v3` redirects there
+        // (the query kept)
+        let location = match query {
+            Some(q) => format!("/v3/?{q}"),
+            None => "/v3/".to_string(),
         };
-        let mut r = (
-            StatusCode::MOVED_PERMANENTLY,
-            [(header::LOCATION, "/v3/")],
-            body,
-        )
-            .into_response();
-        if !body.is_empty() {
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                axum::http::HeaderValue::from_static("text/html; charset=utf-8"),
-            );
-        } else {
-            r.headers_mut().remove(header::CONTENT_TYPE);
-        }
-        r
+        super::http::go_redirect(method, &location)
     } else {
         go_error(StatusCode::NOT_FOUND, "404 page not found")
     };

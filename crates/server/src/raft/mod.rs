@@ -77,6 +77,9 @@ pub enum RaftInput {
     Progress(oneshot::Sender<Option<Vec<(u64, u64)>>>),
     /// Hand leadership to this member (raft-rs `transfer_leader`).
     TransferLeader(u64),
+    /// etcd raft's `Status` as its `MarshalJSON` writes it (`/debug/vars`'
+    /// `raft.status`).
+    StatusJson(oneshot::Sender<String>),
     /// A peer refused our stream: this member was removed from the cluster.
     Removed,
 }

@@ -322,6 +322,9 @@ impl RaftNode {
                     .then(|| r.prs().iter().map(|(id, pr)| (*id, pr.matched)).collect());
                 let _ = tx.send(p);
             }
+            RaftInput::StatusJson(tx) => {
+                let _ = tx.send(self.status_json());
+            }
             RaftInput::TransferLeader(id) => {
                 // the proposals queued before it go in first, as they
                 // would have one by one (a transfer drops later ones)
@@ -886,6 +889,43 @@ impl RaftNode {
         if applied > first + keep + MEMORY_LOG_SLACK {
             self.storage.compact(applied - keep);
         }
+    }
+
+    /// etcd raft's `Status.MarshalJSON` (IDs in hex, Go's state names;
+    /// the progress of every member on the leader only).
+    fn status_json(&self) -> String {
+        let r = &self.raw.raft;
+        let role = match r.state {
+            StateRole::Follower => "StateFollower",
+            StateRole::Candidate => "StateCandidate",
+            StateRole::Leader => "StateLeader",
+            StateRole::PreCandidate => "StatePreCandidate",
+        };
+        let mut progress = Vec::new();
+        if r.state == StateRole::Leader {
+            for (id, pr) in r.prs().iter() {
+                let state = match pr.state {
+                    raft::ProgressState::Probe => "StateProbe",
+                    raft::ProgressState::Replicate => "StateReplicate",
+                    raft::ProgressState::Snapshot => "StateSnapshot",
+                };
+                progress.push(format!(
+                    r#""{id:x}":{{"match":{},"next":{},"state":"{state}"}}"#,
+                    pr.matched, pr.next_idx
+                ));
+            }
+        }
+        format!(
+            r#"{{"id":"{:x}","term":{},"vote":"{:x}","commit":{},"lead":"{:x}","raftState":"{role}","applied":{},"progress":{{{}}},"leadtransferee":"{:x}"}}"#,
+            r.id,
+            r.term,
+            r.vote,
+            r.raft_log.committed,
+            r.leader_id,
+            r.raft_log.applied,
+            progress.join(","),
+            r.lead_transferee.unwrap_or(0)
+        )
     }
 
     fn publish_status(&self) {

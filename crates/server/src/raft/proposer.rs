@@ -192,6 +192,13 @@ impl Proposer {
         rx.await.map_err(|_| ServerError::Stopped)
     }
 
+    /// etcd raft's `Status` as JSON (see `RaftInput::StatusJson`).
+    pub async fn status_json(&self) -> Result<String, ServerError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner.raft.send(RaftInput::StatusJson(tx))?;
+        rx.await.map_err(|_| ServerError::Stopped)
+    }
+
     /// Asks raft to hand leadership to `transferee` (raft-rs
     /// `transfer_leader`); the caller watches `leader()` for the outcome.
     pub fn transfer_leadership(&self, transferee: u64) -> Result<(), ServerError> {

@@ -148,6 +148,15 @@ impl EtcdServer {
         self.proposer.leader()
     }
 
+    /// etcd raft's `Status` as JSON (`/debug/vars`' `raft.status`);
+    /// `null` once the raft thread is gone.
+    pub async fn raft_status_json(&self) -> String {
+        self.proposer
+            .status_json()
+            .await
+            .unwrap_or_else(|_| "null".to_string())
+    }
+
     pub fn request_timeout(&self) -> Duration {
         self.proposer.request_timeout()
     }
