@@ -53,7 +53,7 @@ pub fn init(cfg: &Config) -> Result<(), String> {
     if outputs.is_empty() {
         outputs.push(Output::Stderr);
     }
-    let level = match cfg.log_level.as_str() {
+    let level = match crate::config::log_level(&cfg.log_level).unwrap_or("info") {
         "dpanic" | "panic" | "fatal" => "error",
         l => l,
     };

@@ -13,6 +13,12 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
 
 pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
+    // etcd lists the data dir (identifyDataDirOrDie) before its
+    // bootstrap checks.
+    let dir = cfg.data_dir();
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!("readdirent {}: not a directory", dir.display());
+    }
     cfg.validate().map_err(anyhow::Error::msg)?;
     crate::metrics::set_extensive(cfg.metrics == "extensive");
     if !(4..=31).contains(&cfg.bcrypt_cost) {
@@ -79,8 +85,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         let addr = url_host_port(&url).map_err(anyhow::Error::msg)?;
         let l = TcpListener::bind(&addr)
             .await
-            .with_context(|| format!("cannot listen for peers on {addr}"))?;
-        let acceptor = https_acceptor(&url, &tls.peer_acceptor, "--peer-cert-file")?;
+            .map_err(|e| go_listen_error(&addr, &e))?;
+        let acceptor = https_acceptor(&url, &tls.peer_acceptor, &cfg, true)?;
         peer_listeners.push((l, acceptor));
     }
 
@@ -152,8 +158,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         let addr = url_host_port(&url).map_err(anyhow::Error::msg)?;
         let l = TcpListener::bind(&addr)
             .await
-            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-        let acceptor = https_acceptor(&url, &tls.client_acceptor, "--cert-file")?;
+            .map_err(|e| go_listen_error(&addr, &e))?;
+        let acceptor = https_acceptor(&url, &tls.client_acceptor, &cfg, false)?;
         let router = crate::api::http::metrics_router(server.clone());
         tracing::info!(address = %addr, "serving metrics");
         tasks.push(tokio::spawn(serve_http(
@@ -174,6 +180,17 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         .map(|u| (u, true))
         .chain(http_urls.iter().map(|u| (u, false)))
     {
+        // etcd refuses an https or unixs client URL without a certificate
+        // before it binds anything.
+        if url.starts_with("unixs://") {
+            https_acceptor(
+                &url.replacen("unixs://", "https://", 1),
+                &tls.client_acceptor,
+                &cfg,
+                false,
+            )
+            .map_err(|e| anyhow::anyhow!(e.to_string().replace("https://", "unixs://")))?;
+        }
         let (addr, l) = bind_client(url).await?;
         let mut router = axum::Router::new();
         if !grpc || !http_apart {
@@ -195,7 +212,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         };
         let mut rx = stop_rx.clone();
         let mut published = server.published();
-        let acceptor = https_acceptor(url, &tls.client_acceptor, "--cert-file")?;
+        let acceptor = https_acceptor(url, &tls.client_acceptor, &cfg, false)?;
         let secure = acceptor.is_some();
         let nonzero = |d: std::time::Duration| (!d.is_zero()).then_some(d);
         let settings = crate::api::serve::Settings {
@@ -318,8 +335,26 @@ async fn bind_client(url: &str) -> anyhow::Result<(String, ClientListener)> {
     let addr = url_host_port(url).map_err(anyhow::Error::msg)?;
     let l = TcpListener::bind(&addr)
         .await
-        .with_context(|| format!("cannot listen for clients on {addr}"))?;
+        .map_err(|e| go_listen_error(&addr, &e))?;
     Ok((addr, ClientListener::Tcp(l)))
+}
+
+/// A failed bind as Go's `net.Listen` words it
+/// (`listen tcp 127.0.0.1:2379: bind: address already in use`).
+fn go_listen_error(addr: &str, e: &std::io::Error) -> anyhow::Error {
+    let text = match e.raw_os_error() {
+        Some(n) => {
+            let t = std::io::Error::from_raw_os_error(n).to_string();
+            let t = t.split(" (os error").next().unwrap_or(&t).to_string();
+            let mut c = t.chars();
+            match c.next() {
+                Some(f) => f.to_lowercase().chain(c).collect(),
+                None => t,
+            }
+        }
+        None => e.to_string(),
+    };
+    anyhow::anyhow!("listen tcp {addr}: bind: {text}")
 }
 
 /// Serves an HTTP-only router (the metrics URLs) until stopped.
@@ -348,20 +383,45 @@ async fn serve_http(
     }
 }
 
-/// The acceptor for `url`: Some for `https://` (an error if the
-/// certificate flag `flag` was not given), None for `http://`.
+/// The acceptor for `url`: Some for `https://` (an error, with etcd's
+/// words, if the certificate and key were not both given), None for
+/// `http://`.
 fn https_acceptor(
     url: &str,
     acceptor: &Option<tokio_rustls::TlsAcceptor>,
-    flag: &str,
+    cfg: &Config,
+    peer: bool,
 ) -> anyhow::Result<Option<tokio_rustls::TlsAcceptor>> {
     if !url.starts_with("https://") {
         return Ok(None);
     }
-    match acceptor {
-        Some(a) => Ok(Some(a.clone())),
-        None => anyhow::bail!("{url} is https: {flag} and its key file are required"),
+    if let Some(a) = acceptor {
+        return Ok(Some(a.clone()));
     }
+    let (cert, key) = if peer {
+        (&cfg.peer_cert_file, &cfg.peer_key_file)
+    } else {
+        (&cfg.cert_file, &cfg.key_file)
+    };
+    let show = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    if cert.is_some() || key.is_some() {
+        anyhow::bail!(
+            "KeyFile and CertFile must both be present[key: {}, cert: {}]",
+            show(key),
+            show(cert)
+        );
+    }
+    if peer {
+        let addr = url_host_port(url).unwrap_or_default();
+        anyhow::bail!("cannot listen on TLS for {addr}: KeyFile and CertFile are not presented");
+    }
+    anyhow::bail!(
+        "TLS key/cert (--cert-file, --key-file) must be provided for client url {url} with HTTPS scheme"
+    )
 }
 
 /// Accepted connections with TCP_NODELAY (small gRPC frames must not wait

@@ -96,8 +96,21 @@ fn exit_on(e: Exit) -> ! {
             std::process::exit(2)
         }
         Exit::Verify(msg) => {
-            retcd_server::log::early("warn", "failed to verify flags", &[("error", msg)]);
+            let unset = msg == retcd_server::config::ERR_UNSET_ADVERTISE;
+            retcd_server::log::early("warn", "failed to verify flags", &[("error", msg.clone())]);
+            if unset {
+                retcd_server::log::early(
+                    "warn",
+                    "advertise client URLs are not set",
+                    &[("error", msg)],
+                );
+            }
             std::process::exit(1)
+        }
+        Exit::Quiet(_) => std::process::exit(1),
+        Exit::Panic(msg) => {
+            eprintln!("panic: {msg}");
+            std::process::exit(2)
         }
         Exit::Fatal(msg, fields) => {
             retcd_server::log::early("fatal", &msg, &fields);

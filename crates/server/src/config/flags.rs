@@ -482,18 +482,19 @@ pub fn check(flag: &Flag, value: &str) -> Result<String, String> {
             .ok_or_else(|| PARSE.to_string()),
         Uint | Uint64 => parse_uint(value, 64)
             .map(|v| v.to_string())
-            .ok_or_else(|| PARSE.to_string()),
+            .ok_or_else(|| num_error(value, false)),
         Uint32 => parse_uint(value, 32)
             .map(|v| v.to_string())
-            .ok_or_else(|| PARSE.to_string()),
+            .ok_or_else(|| num_error(value, false)),
         Int | Int64 => parse_int(value, 64)
             .map(|v| v.to_string())
-            .ok_or_else(|| PARSE.to_string()),
+            .ok_or_else(|| num_error(value, true)),
         Duration => parse_go_duration(value)
             .map(|_| value.to_string())
             .ok_or_else(|| PARSE.to_string()),
         Urls => {
-            if flag.name == "cors" && value.split(',').any(|u| u.trim() == "*") {
+            // flags.UniqueURLs: only the whole value may be the exception.
+            if flag.name == "cors" && value == "*" {
                 return Ok("*".to_string());
             }
             let mut out = Vec::new();
@@ -510,6 +511,9 @@ pub fn check(flag: &Flag, value: &str) -> Result<String, String> {
         Enum(allowed) => {
             if allowed.contains(&value) {
                 Ok(value.to_string())
+            } else if flag.name == "v2-deprecation" {
+                // flags.SelectiveStringsValue names the value.
+                Err(format!("invalid value {value:?}"))
             } else {
                 Err("invalid value".to_string())
             }
@@ -518,6 +522,34 @@ pub fn check(flag: &Flag, value: &str) -> Result<String, String> {
             super::gates::parse(value)?;
             Ok(value.to_string())
         }
+    }
+}
+
+/// Go's flag package for a number it cannot take: "value out of range"
+/// when the text is a number of Go's syntax that does not fit, else
+/// "parse error".
+fn num_error(value: &str, signed: bool) -> String {
+    let body = if signed {
+        value.strip_prefix(['-', '+']).unwrap_or(value)
+    } else {
+        value
+    };
+    let (digits, radix) = if let Some(r) = body.strip_prefix("0x").or(body.strip_prefix("0X")) {
+        (r, 16)
+    } else if let Some(r) = body.strip_prefix("0b").or(body.strip_prefix("0B")) {
+        (r, 2)
+    } else if let Some(r) = body.strip_prefix("0o").or(body.strip_prefix("0O")) {
+        (r, 8)
+    } else if body.len() > 1 && body.starts_with('0') {
+        (&body[1..], 8)
+    } else {
+        (body, 10)
+    };
+    let syntax = !digits.is_empty() && digits.chars().all(|c| c.is_digit(radix));
+    if syntax {
+        "value out of range".to_string()
+    } else {
+        "parse error".to_string()
     }
 }
 
@@ -547,6 +579,10 @@ pub fn check_url(u: &str) -> Result<(), String> {
         },
         None => ("", rest),
     };
+    let bare = host.rsplit('@').next().unwrap_or("");
+    if bare.starts_with('[') && !bare.contains(']') {
+        return Err(format!("parse {u:?}: missing ']' in host"));
+    }
     let host = host.rsplit('@').next().unwrap_or("");
     if split_host_port(host).is_none() {
         return Err(format!(
@@ -762,6 +798,13 @@ pub fn parse_args(args: &[String]) -> (Parsed, Vec<String>) {
                 }
             }
         };
+        // etcd's URL flags take "" as an exception that keeps the value
+        // they had (`NewUniqueURLsWithExceptions(default, "")`).
+        if flag.kind == Urls && flag.name != "cors" && value.is_empty() {
+            let kept = values.raw(flag.name).to_string();
+            values.set.insert(flag.name, (kept, Source::Flag));
+            continue;
+        }
         match check(flag, &value) {
             Ok(v) => {
                 values.set.insert(flag.name, (v, Source::Flag));

@@ -157,6 +157,12 @@ pub enum Exit {
     Fatal(String, Vec<(&'static str, String)>),
     /// Printed as it is on stderr, exit 1.
     Plain(String),
+    /// What a Go panic prints first (`panic: <text>`), exit 2: etcd
+    /// panics on an unknown `--log-level`.
+    Panic(String),
+    /// A `failed to verify flags` that etcd's own logger does not write
+    /// (its level is above warn): exit 1, nothing printed.
+    Quiet(String),
 }
 
 impl std::fmt::Display for Exit {
@@ -164,7 +170,12 @@ impl std::fmt::Display for Exit {
         match self {
             Exit::Help => write!(f, "help requested"),
             Exit::Version => write!(f, "version requested"),
-            Exit::Usage(m) | Exit::Verify(m) | Exit::Fatal(m, _) | Exit::Plain(m) => f.write_str(m),
+            Exit::Usage(m)
+            | Exit::Verify(m)
+            | Exit::Fatal(m, _)
+            | Exit::Plain(m)
+            | Exit::Panic(m)
+            | Exit::Quiet(m) => f.write_str(m),
         }
     }
 }
@@ -193,6 +204,11 @@ impl Config {
             flags::Parsed::Error(e) => return Err(Exit::Usage(e)),
             flags::Parsed::Run(v) => v,
         };
+        // etcd (`etcdmain/config.go` parse): a positional argument is
+        // refused before --version and before any config file is read.
+        if let Some(first) = rest.first() {
+            return Err(Exit::Verify(format!("'{first}' is not a valid flag")));
+        }
         if values.bool("version") {
             return Err(Exit::Version);
         }
@@ -202,13 +218,16 @@ impl Config {
         if file.is_empty() {
             file = getenv("ETCD_CONFIG_FILE").unwrap_or_default();
         }
+        let mut late = None;
         let config_file = if !file.is_empty() {
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| Exit::Verify(format!("open {file}: {}", io_text(&e))))?;
-            values = file::parse(&text).map_err(|e| match e {
+            let parsed = file::parse(&text).map_err(|e| match e {
                 file::FileError::Verify(m) => Exit::Verify(m),
                 file::FileError::Plain(m) => Exit::Plain(m),
             })?;
+            values = parsed.values;
+            late = parsed.late;
             notices.push(Notice {
                 warn: false,
                 msg: "loaded server configuration, other configuration command line flags and environment variables will be ignored if provided".into(),
@@ -219,27 +238,213 @@ impl Config {
             Self::read_env(&mut values, env, &mut notices)?;
             None
         };
-        if let Some(first) = rest.first() {
-            return Err(Exit::Verify(format!("'{first}' is not a valid flag")));
-        }
         let mut cfg = Config::from_values(&values)?;
-        cfg.config_file = config_file;
+        cfg.config_file = config_file.clone();
+        cfg.etcd_validate(&values, config_file.is_some())?;
+        // After etcd's checks, the config file's `proxy` and
+        // `discovery-fallback` (etcdmain's second pass over the file).
+        if let Some(e) = late {
+            return Err(match e {
+                file::FileError::Verify(m) => Exit::Verify(m),
+                file::FileError::Plain(m) => Exit::Plain(m),
+            });
+        }
         notices.extend(Self::flag_notices(&values, &cfg.feature_gates)?);
         cfg.notices = notices;
         Ok(cfg)
     }
 
+    /// etcd 3.5's `embed.Config.Validate` (and `setupLogging`), in its
+    /// order, with its texts; `explicit`: the flags and variables given
+    /// (the config file has no "set explicitly").
+    fn etcd_validate(&self, values: &Values, from_file: bool) -> Result<(), Exit> {
+        let verify = |m: String| Err(Exit::Verify(m));
+        // setupLogging
+        match self.logger.as_str() {
+            "capnslog" => return verify("--logger=capnslog is removed in v3.5".into()),
+            "zap" => {}
+            l => return verify(format!("unknown logger option {l:?}")),
+        }
+        // Given (even as ""): each comma-separated name, "" included
+        // (flags.UniqueStringsValue, sorted).
+        let outputs: Vec<String> = if values.is_set("log-outputs") {
+            let mut o: Vec<String> = values
+                .raw("log-outputs")
+                .split(',')
+                .map(str::to_string)
+                .collect();
+            o.sort();
+            o.dedup();
+            o
+        } else if self.log_outputs.is_empty() {
+            vec!["default".to_string()]
+        } else {
+            self.log_outputs.clone()
+        };
+        if outputs.len() > 1 && outputs.iter().any(|o| o == "default") {
+            return verify("multi logoutput for \"default\" is not supported yet".into());
+        }
+        if values.bool("enable-log-rotation") {
+            let files = outputs
+                .iter()
+                .filter(|o| !matches!(o.as_str(), "default" | "stderr" | "stdout"))
+                .count();
+            if (outputs.len() == 1 && files == 0) || files > 1 {
+                return verify("--log-outputs requires a single file path when --log-rotate-config-json is defined".into());
+            }
+            if let Some(e) = rotation_config_error(&values.str("log-rotation-config-json")) {
+                return verify(e);
+            }
+        }
+        if log_level(&self.log_level).is_none() {
+            // etcd's logutil.ConvertToZapLevel panics (exit 2).
+            return Err(Exit::Panic(format!(
+                "unrecognized level: {:?}",
+                self.log_level
+            )));
+        }
+        for o in &outputs {
+            if matches!(o.as_str(), "default" | "stderr" | "stdout") {
+                continue;
+            }
+            let opened = if o.is_empty() {
+                Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+            } else {
+                std::fs::OpenOptions::new().create(true).append(true).open(o)
+            };
+            if let Err(e) = opened {
+                return verify(format!(
+                    "couldn't open sink {o:?}: open {o}: {}",
+                    io_text(&e)
+                ));
+            }
+        }
+        // From here on etcd logs the failure with the logger it just
+        // built: at a level above warn, its warning is not written.
+        let quiet = matches!(
+            log_level(&self.log_level),
+            Some("error" | "dpanic" | "panic" | "fatal")
+        );
+        let verify = |m: String| {
+            if quiet {
+                Err(Exit::Quiet(m))
+            } else {
+                Err(Exit::Verify(m))
+            }
+        };
+        // checkBindURLs, checkHostURLs
+        for list in [
+            &self.listen_peer_urls,
+            &self.listen_client_urls,
+            &self.listen_client_http_urls,
+            &self.listen_metrics_urls,
+        ] {
+            for u in split_urls(list) {
+                check_bind_url(&u).or_else(verify)?;
+            }
+        }
+        for (flag, list) in [
+            ("--initial-advertise-peer-urls", &self.initial_advertise_peer_urls),
+            ("--advertise-client-urls", &self.advertise_client_urls),
+        ] {
+            let urls = split_urls(list);
+            for u in &urls {
+                if url_host(u).is_empty() {
+                    return verify(format!(
+                        "{flag} {:?} must be \"host:port\" (unexpected empty host ({u}))",
+                        urls.join(",")
+                    ));
+                }
+            }
+        }
+        if self.initial_cluster_state != "new" && self.initial_cluster_state != "existing" {
+            return verify(format!(
+                "unexpected clusterState {:?}",
+                self.initial_cluster_state
+            ));
+        }
+        if self.heartbeat_interval == 0 {
+            return verify("--heartbeat-interval must be >0 (set to 0ms)".into());
+        }
+        if self.election_timeout == 0 {
+            return verify("--election-timeout must be >0 (set to 0ms)".into());
+        }
+        if 5 * self.heartbeat_interval > self.election_timeout {
+            return verify(format!(
+                "--election-timeout[{}ms] should be at least as 5 times as --heartbeat-interval[{}ms]",
+                self.election_timeout, self.heartbeat_interval
+            ));
+        }
+        if self.election_timeout > 50_000 {
+            return verify(format!(
+                "--election-timeout[{}ms] is too long, and should be set less than 50000ms",
+                self.election_timeout
+            ));
+        }
+        // etcdmain: an explicit --listen-client-urls needs an explicit
+        // --advertise-client-urls (flags and variables only).
+        if !from_file
+            && values.is_set("listen-client-urls")
+            && !values.is_set("advertise-client-urls")
+        {
+            return verify(ERR_UNSET_ADVERTISE.into());
+        }
+        match self.auto_compaction_mode.as_str() {
+            "" | "periodic" | "revision" => {}
+            m => return verify(format!("unknown auto-compaction-mode {m:?}")),
+        }
+        // StartEtcd's first step (updateCipherSuites): an empty name is
+        // refused (logged at fatal level, so never quiet).
+        if values.is_set("cipher-suites") {
+            if let Some(bad) = values.raw("cipher-suites").split(',').find(|s| s.trim().is_empty()) {
+                return Err(Exit::Verify(format!("unexpected TLS cipher suite {bad:?}")));
+            }
+        }
+        Ok(())
+    }
+
     /// `ETCD_*` variables for the flags not given on the command line
-    /// (etcd's `SetFlagsFromEnv` / `verifyEnv`).
+    /// (etcd's `SetFlagsFromEnv`, then `verifyEnv`): every flag is read
+    /// from its variable in flag-name order and the last bad value is the
+    /// error; then the variables are checked in their order: one that
+    /// shadows a flag given on the command line is fatal (even when a bad
+    /// value was found), an unknown `ETCD_*` one is logged.
     fn read_env(
         values: &mut Values,
         env: &[(String, String)],
         notices: &mut Vec<Notice>,
     ) -> Result<(), Exit> {
-        for (k, v) in env {
-            let Some(rest) = k.strip_prefix("ETCD_") else {
+        let mut names: Vec<&flags::Flag> = flags::FLAGS.iter().collect();
+        names.sort_by_key(|f| f.name);
+        let on_cmdline =
+            |values: &Values, name: &str| matches!(values.set.get(name), Some((_, flags::Source::Flag)));
+        let mut used = Vec::new();
+        let mut error = None;
+        for fl in names {
+            let key = flags::env_name(fl.name);
+            if key == "ETCD_VERSION" || on_cmdline(values, fl.name) {
+                continue;
+            }
+            let Some((_, v)) = env.iter().find(|(k, _)| *k == key) else {
                 continue;
             };
+            if v.is_empty() {
+                continue;
+            }
+            used.push(key.clone());
+            match flags::check(fl, v) {
+                Ok(checked) => {
+                    notices.push(Notice {
+                        warn: false,
+                        msg: "recognized and used environment variable".into(),
+                        fields: vec![("variable-name", key.clone()), ("variable-value", v.clone())],
+                    });
+                    values.set.insert(fl.name, (checked, flags::Source::Env));
+                }
+                Err(e) => error = Some(Exit::Verify(format!("invalid value {v:?} for {key}: {e}"))),
+            }
+        }
+        for (k, v) in env {
             if k == "ETCD_VERSION" {
                 notices.push(Notice {
                     warn: true,
@@ -248,35 +453,36 @@ impl Config {
                 });
                 continue;
             }
-            let flag_name = rest.to_ascii_lowercase().replace('_', "-");
-            let Some(fl) = flags::lookup(&flag_name).filter(|f| f.kind != flags::Kind::Ignored)
-            else {
-                notices.push(Notice {
-                    warn: true,
-                    msg: "unrecognized environment variable".into(),
-                    fields: vec![("environment-variable", format!("{k}={v}"))],
-                });
+            if used.contains(k) {
                 continue;
-            };
-            if matches!(values.set.get(fl.name), Some((_, flags::Source::Flag))) {
+            }
+            let shadowed = k.strip_prefix("ETCD_").and_then(|rest| {
+                flags::lookup(&rest.to_ascii_lowercase().replace('_', "-"))
+                    .filter(|fl| flags::env_name(fl.name) == *k && on_cmdline(values, fl.name))
+            });
+            if shadowed.is_some() {
                 return Err(Exit::Fatal(
                     "conflicting environment variable is shadowed by corresponding command-line flag (either unset environment variable or disable flag))".into(),
                     vec![("environment-variable", k.clone())],
                 ));
             }
-            if v.is_empty() {
-                continue;
+            if k.starts_with("ETCD_") {
+                let known = k.strip_prefix("ETCD_").is_some_and(|rest| {
+                    flags::lookup(&rest.to_ascii_lowercase().replace('_', "-")).is_some()
+                });
+                if !known {
+                    notices.push(Notice {
+                        warn: true,
+                        msg: "unrecognized environment variable".into(),
+                        fields: vec![("environment-variable", format!("{k}={v}"))],
+                    });
+                }
             }
-            let checked = flags::check(fl, v)
-                .map_err(|e| Exit::Verify(format!("invalid value {v:?} for {k}: {e}")))?;
-            notices.push(Notice {
-                warn: false,
-                msg: "recognized and used environment variable".into(),
-                fields: vec![("variable-name", k.clone()), ("variable-value", v.clone())],
-            });
-            values.set.insert(fl.name, (checked, flags::Source::Env));
         }
-        Ok(())
+        match error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// One warning per flag that was set and has no effect in retcd (or
@@ -353,12 +559,12 @@ impl Config {
         let gates = resolve_gates(v).map_err(Exit::Verify)?;
         let or = |d: Duration, dflt: Duration| if d.is_zero() { dflt } else { d };
         let renamed_dur = |old: &'static str| v.duration(v.renamed(old));
-        let metrics = v.str("metrics");
-        if metrics != "basic" && metrics != "extensive" {
-            return Err(Exit::Verify(format!(
-                "unknown metrics level {metrics:?} (valid: basic, extensive)"
-            )));
-        }
+        // etcd checks no value: "extensive" adds the gRPC histograms,
+        // anything else is basic (v3rpc/grpc.go `Metrics == "extensive"`).
+        let metrics = match v.str("metrics").as_str() {
+            "extensive" => "extensive".to_string(),
+            _ => "basic".to_string(),
+        };
         let emulated = v.str("emulated-etcd-version");
         let etcd_version = if emulated.is_empty() {
             ETCD_API_VERSION.to_string()
@@ -376,7 +582,9 @@ impl Config {
             listen_peer_urls: v.str("listen-peer-urls"),
             listen_metrics_urls: v.str("listen-metrics-urls"),
             initial_advertise_peer_urls: v.str("initial-advertise-peer-urls"),
-            initial_cluster: Some(v.str("initial-cluster")).filter(|s| !s.is_empty()),
+            // Given (even empty) or not: etcd's default derives from the
+            // name only when it was not given.
+            initial_cluster: v.is_set("initial-cluster").then(|| v.str("initial-cluster")),
             initial_cluster_token: v.str("initial-cluster-token"),
             initial_cluster_state: v.str("initial-cluster-state"),
             snapshot_count: v.u64("snapshot-count"),
@@ -552,6 +760,86 @@ fn check_version(s: &str) -> Result<(), String> {
     }
 }
 
+/// etcd's `setupLogRotation` check of `--log-rotation-config-json`'s
+/// types (lumberjack's fields; a JSON syntax error is not checked here).
+fn rotation_config_error(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let obj = v.as_object()?;
+    let mut keys: Vec<&String> = obj.keys().collect();
+    keys.sort();
+    for k in keys {
+        let (field, ty) = match k.to_ascii_lowercase().as_str() {
+            "filename" => ("filename", "string"),
+            "maxsize" => ("maxsize", "int"),
+            "maxage" => ("maxage", "int"),
+            "maxbackups" => ("maxbackups", "int"),
+            "localtime" => ("localtime", "bool"),
+            "compress" => ("compress", "bool"),
+            _ => continue,
+        };
+        let val = &obj[k.as_str()];
+        let what = match (val, ty) {
+            (serde_json::Value::Null, _) => continue,
+            (serde_json::Value::String(_), "string") => continue,
+            (serde_json::Value::Bool(_), "bool") => continue,
+            (serde_json::Value::Number(n), "int") if n.as_i64().is_some() => continue,
+            (serde_json::Value::Number(n), "int") => format!("number {n}"),
+            (serde_json::Value::String(_), _) => "string".into(),
+            (serde_json::Value::Number(_), _) => "number".into(),
+            (serde_json::Value::Bool(_), _) => "bool".into(),
+            (serde_json::Value::Array(_), _) => "array".into(),
+            (serde_json::Value::Object(_), _) => "object".into(),
+        };
+        return Some(format!(
+            "invalid log rotation config: json: cannot unmarshal {what} into Go struct field logRotationConfig.{field} of type {ty}"
+        ));
+    }
+    None
+}
+
+/// etcd's `ErrUnsetAdvertiseClientURLsFlag`.
+pub const ERR_UNSET_ADVERTISE: &str =
+    "--advertise-client-urls is required when --listen-client-urls is set explicitly";
+
+/// zap's `Level.Set`: the level names in any case; "" is info.
+pub fn log_level(s: &str) -> Option<&'static str> {
+    // zap 1.17's UnmarshalText tries the text, then it lower-cased.
+    Some(match s.to_ascii_lowercase().as_str() {
+        "debug" => "debug",
+        "info" | "" => "info",
+        "warn" => "warn",
+        "error" => "error",
+        "dpanic" => "dpanic",
+        "panic" => "panic",
+        "fatal" => "fatal",
+        _ => return None,
+    })
+}
+
+/// The host of a URL checked by `flags::check_url` (`[v6]` without its
+/// brackets).
+fn url_host(u: &str) -> String {
+    let rest = u.split_once("://").map_or(u, |(_, r)| r);
+    let hp = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hp = hp.rsplit('@').next().unwrap_or("");
+    flags::split_host_port(hp)
+        .map(|(h, _)| h.to_string())
+        .unwrap_or_default()
+}
+
+/// etcd's `checkBindURLs` for one URL: an IP address or `localhost`
+/// (unix sockets pass).
+fn check_bind_url(u: &str) -> Result<(), String> {
+    if u.starts_with("unix://") || u.starts_with("unixs://") {
+        return Ok(());
+    }
+    let host = url_host(u);
+    if host == "localhost" || host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    Err(format!("expected IP in URL for binding ({u})"))
+}
+
 /// Go's text for the common open errors.
 fn io_text(e: &std::io::Error) -> String {
     match e.kind() {
@@ -567,6 +855,38 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     flags::parse_go_duration(s.trim())
         .map(|ns| Duration::from_nanos(ns.max(0) as u64))
         .ok_or_else(|| format!("time: invalid duration {s:?}"))
+}
+
+/// The error Go's `time.ParseDuration` gives for `s` (which it refuses).
+pub fn go_duration_error(s: &str) -> String {
+    let orig = s;
+    let mut s = s.strip_prefix(['-', '+']).unwrap_or(s);
+    let invalid = format!("time: invalid duration {orig:?}");
+    if s.is_empty() {
+        return invalid;
+    }
+    while !s.is_empty() {
+        let n = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len());
+        let num = &s[..n];
+        if num.is_empty() || num == "." {
+            return invalid;
+        }
+        s = &s[n..];
+        let u = s
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(s.len());
+        if u == 0 {
+            return format!("time: missing unit in duration {orig:?}");
+        }
+        let unit = &s[..u];
+        if !matches!(unit, "ns" | "us" | "\u{b5}s" | "\u{3bc}s" | "ms" | "s" | "m" | "h") {
+            return format!("time: unknown unit {unit:?} in duration {orig:?}");
+        }
+        s = &s[u..];
+    }
+    invalid
 }
 
 /// A member named in `--initial-cluster`.
@@ -641,11 +961,24 @@ impl Config {
         Ok(members)
     }
 
+    /// The checks a run makes before it binds anything: etcd's
+    /// `Validate` (see [`Config::load`]; repeated here for configurations
+    /// built another way), retcd's own flags, and the bootstrap checks
+    /// ([`Config::verify_bootstrap`]).
     pub fn validate(&self) -> Result<(), String> {
         if self.heartbeat_interval == 0 {
             return Err(format!(
                 "--heartbeat-interval must be >0 (set to {}ms)",
                 self.heartbeat_interval
+            ));
+        }
+        if self.election_timeout == 0 {
+            return Err("--election-timeout must be >0 (set to 0ms)".into());
+        }
+        if self.election_timeout < 5 * self.heartbeat_interval {
+            return Err(format!(
+                "--election-timeout[{}ms] should be at least as 5 times as --heartbeat-interval[{}ms]",
+                self.election_timeout, self.heartbeat_interval
             ));
         }
         if self.election_timeout > 50_000 {
@@ -655,8 +988,8 @@ impl Config {
             ));
         }
         match self.auto_compaction_mode.as_str() {
-            "periodic" | "revision" => {}
-            "" => return Err("undefined auto-compaction-mode".into()),
+            // "": etcd fails later, and only with a retention (compactor).
+            "" | "periodic" | "revision" => {}
             m => return Err(format!("unknown auto-compaction-mode {m:?}")),
         }
         if self.experimental_compact_hash_check_enabled
@@ -670,11 +1003,8 @@ impl Config {
         if self.logger != "zap" {
             return Err(format!("unknown logger option {:?}", self.logger));
         }
-        if !matches!(
-            self.log_level.as_str(),
-            "debug" | "info" | "warn" | "error" | "dpanic" | "panic" | "fatal"
-        ) {
-            return Err(format!("unknown log level {:?}", self.log_level));
+        if log_level(&self.log_level).is_none() {
+            return Err(format!("unrecognized level: {:?}", self.log_level));
         }
         if !matches!(self.log_format.as_str(), "json" | "console") {
             return Err(format!(
@@ -682,14 +1012,112 @@ impl Config {
                 self.log_format
             ));
         }
-        if self.election_timeout < 5 * self.heartbeat_interval {
-            return Err(format!(
-                "--election-timeout[{}ms] should be at least as 5 times as --heartbeat-interval[{}ms]",
-                self.election_timeout, self.heartbeat_interval
-            ));
+        self.verify_bootstrap()
+    }
+
+    /// etcd's checks of `--initial-cluster` when a member starts on an
+    /// empty data dir (`PeerURLsMapAndToken`, then `VerifyBootstrap` or
+    /// `VerifyJoinExisting`), with their texts.
+    pub fn verify_bootstrap(&self) -> Result<(), String> {
+        // etcd's default is "default=http://localhost:2380", made
+        // `<name>=<advertised peer URLs>` for a member not named default
+        // (UpdateDefaultClusterFromName).
+        const DEFAULT: &str = "default=http://localhost:2380";
+        let from_name = || {
+            split_urls(&self.initial_advertise_peer_urls)
+                .iter()
+                .map(|u| format!("{}={u}", self.name))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let spec = match self.initial_cluster.as_deref() {
+            None | Some(DEFAULT) if self.name != "default" => from_name(),
+            None => DEFAULT.to_string(),
+            Some(s) => s.to_string(),
+        };
+        // types.NewURLsMap: name=url pairs (a pair without '=' is a name
+        // with an empty URL), each URL checked, each name's URLs sorted.
+        let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for part in spec.split(',').filter(|p| !p.is_empty()) {
+            let (name, url) = part.split_once('=').unwrap_or((part, ""));
+            map.entry(name.to_string()).or_default().push(url.trim().to_string());
         }
-        // URL lists and --initial-cluster-state were checked when parsed.
-        self.initial_members()?;
+        for urls in map.values_mut() {
+            for u in urls.iter() {
+                if u.is_empty() {
+                    return Err("error setting up initial cluster: URL scheme must be http, https, unix, or unixs: ".into());
+                }
+                flags::check_url(u).map_err(|e| format!("error setting up initial cluster: {e}"))?;
+            }
+            urls.sort();
+        }
+        let Some(urls) = map.get(&self.name) else {
+            return Err(format!(
+                "couldn't find local name {:?} in the initial cluster configuration",
+                self.name
+            ));
+        };
+        let show_map = |m: &BTreeMap<String, Vec<String>>| {
+            let mut pairs: Vec<String> = m
+                .iter()
+                .flat_map(|(n, us)| us.iter().map(move |u| format!("{n}={u}")))
+                .collect();
+            pairs.sort();
+            pairs.join(",")
+        };
+        if self.initial_cluster_state == "new" {
+            // advertiseMatchesCluster (netutil.URLStringsEqual; IPs and
+            // localhost are not resolved)
+            let mut ap = split_urls(&self.initial_advertise_peer_urls);
+            ap.sort();
+            ap.dedup();
+            if ap != *urls {
+                let quote = |v: &[String]| {
+                    let q: Vec<String> = v.iter().map(|u| format!("{u:?}")).collect();
+                    format!("[{}]", q.join(" "))
+                };
+                let why = if ap.len() != urls.len() {
+                    format!("len({}) != len({})", quote(&ap), quote(urls))
+                } else {
+                    let i = (0..ap.len()).find(|&i| ap[i] != urls[i]).unwrap_or(0);
+                    format!(
+                        "{:?}(resolved from {:?}) != {:?}(resolved from {:?})",
+                        ap[i], ap[i], urls[i], urls[i]
+                    )
+                };
+                let missing: Vec<String> = urls
+                    .iter()
+                    .filter(|u| !ap.contains(u))
+                    .map(|u| format!("{}={u}", self.name))
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(format!(
+                        "--initial-cluster has {} but missing from --initial-advertise-peer-urls={} ({why})",
+                        missing.join(","),
+                        ap.join(",")
+                    ));
+                }
+                let extra: Vec<String> = ap.iter().filter(|u| !urls.contains(u)).cloned().collect();
+                let own = show_map(&BTreeMap::from([(self.name.clone(), ap.clone())]));
+                if !extra.is_empty() {
+                    return Err(format!(
+                        "--initial-advertise-peer-urls has {} but missing from --initial-cluster={own}",
+                        extra.join(",")
+                    ));
+                }
+                return Err(format!(
+                    "failed to resolve {} to match --initial-cluster={own} ({why})",
+                    ap.join(",")
+                ));
+            }
+        }
+        let mut all: Vec<&String> = map.values().flatten().collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        if all.len() != n {
+            return Err(format!("initial cluster {} has duplicate url", show_map(&map)));
+        }
         Ok(())
     }
 }

@@ -53,7 +53,17 @@ impl EtcdServer {
             &cfg.auth_token,
             Duration::from_secs(cfg.auth_token_ttl),
         )
-        .map_err(|e| anyhow::anyhow!("failed to create the token provider: {e}"))?;
+        .map_err(|e| {
+            // etcd logs why and fails with ErrInvalidAuthOpts alone.
+            let e = e.to_string();
+            tracing::warn!(detail = %e, "failed to create token provider");
+            match e.split_once(" (") {
+                Some((head, _)) if head == "auth: invalid auth options" => {
+                    anyhow::anyhow!("{head}")
+                }
+                _ => anyhow::anyhow!("failed to create the token provider: {e}"),
+            }
+        })?;
         std::fs::create_dir_all(cfg.snap_dir())
             .with_context(|| format!("cannot create data dir {}", cfg.snap_dir().display()))?;
         remove_partial_snapshots(&cfg.snap_dir());

@@ -31,29 +31,46 @@ pub enum AutoCompaction {
     Revision(i64),
 }
 
-/// Parses the mode and retention as etcd does; Ok(None) when disabled
-/// (retention 0).
+/// Parses the mode and retention as etcd 3.5 does
+/// (`parseCompactionRetention`, then `v3compactor.New`): a whole number
+/// ≥ 0 is hours (periodic) or revisions (revision), anything else a Go
+/// duration (in revision mode too: its nanoseconds count as revisions);
+/// an empty retention is "0". Ok(None) when disabled (retention 0).
 pub fn parse(mode: &str, retention: &str) -> Result<Option<AutoCompaction>, String> {
-    let retention = retention.trim();
+    let retention = if retention.is_empty() { "0" } else { retention };
+    let ret: i128 = match go_atoi(retention) {
+        Some(h) if h >= 0 => match mode {
+            "revision" => h as i128,
+            _ => h as i128 * HOUR.as_nanos() as i128,
+        },
+        _ => crate::config::flags::parse_go_duration(retention).ok_or_else(|| {
+            format!(
+                "error parsing CompactionRetention: {}",
+                crate::config::go_duration_error(retention)
+            )
+        })? as i128,
+    };
+    if ret == 0 {
+        return Ok(None);
+    }
     match mode {
         "periodic" => {
-            let d = match retention.parse::<i64>() {
-                Ok(h) if h >= 0 => HOUR * h as u32,
-                Ok(_) => return Err(format!("invalid auto-compaction-retention {retention:?}")),
-                Err(_) => crate::config::parse_duration(retention)?,
-            };
-            Ok((!d.is_zero()).then_some(AutoCompaction::Periodic(d)))
+            Ok((ret > 0).then(|| AutoCompaction::Periodic(Duration::from_nanos(ret as u64))))
         }
         "revision" => {
-            let n: i64 = retention.parse().map_err(|_| {
-                format!("invalid auto-compaction-retention {retention:?} for revision mode")
-            })?;
-            Ok((n > 0).then_some(AutoCompaction::Revision(n)))
+            Ok((ret > 0).then_some(AutoCompaction::Revision(ret.min(i64::MAX as i128) as i64)))
         }
-        other => Err(format!(
-            "unknown auto-compaction-mode {other:?} (expected periodic or revision)"
-        )),
+        other => Err(format!("unsupported compaction mode {other}")),
     }
+}
+
+/// Go's `strconv.Atoi`: decimal, an optional sign.
+fn go_atoi(s: &str) -> Option<i64> {
+    let body = s.strip_prefix(['-', '+']).unwrap_or(s);
+    if body.is_empty() || !body.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 async fn compact(server: &EtcdServer, rev: i64) -> Result<(), ServerError> {
@@ -171,7 +188,20 @@ mod tests {
             parse("revision", "1000").unwrap(),
             Some(AutoCompaction::Revision(1000))
         );
-        assert!(parse("revision", "1h").is_err());
+        // etcd 3.5: a duration in revision mode counts its nanoseconds.
+        assert_eq!(
+            parse("revision", "1h").unwrap(),
+            Some(AutoCompaction::Revision(3_600_000_000_000))
+        );
+        assert_eq!(
+            parse("revision", "1.5").unwrap_err(),
+            "error parsing CompactionRetention: time: missing unit in duration \"1.5\""
+        );
+        assert_eq!(
+            parse("periodic", "abc").unwrap_err(),
+            "error parsing CompactionRetention: time: invalid duration \"abc\""
+        );
+        assert_eq!(parse("periodic", "").unwrap(), None);
         assert!(parse("weekly", "1").is_err());
     }
 }

@@ -231,17 +231,44 @@ struct Side {
 }
 
 fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .with_context(|| format!("cannot read certificates from {}", path.display()))?
+    let data = read_pem_file(path)?;
+    let certs = CertificateDer::pem_slice_iter(&data)
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("invalid certificate in {}", path.display()))?;
-    anyhow::ensure!(!certs.is_empty(), "no certificate in {}", path.display());
+    if certs.is_empty() {
+        // Go's tls.X509KeyPair
+        let text = String::from_utf8_lossy(&data);
+        if text.contains("PRIVATE KEY-----") {
+            anyhow::bail!("tls: failed to find certificate PEM data in certificate input, but did find a private key; PEM inputs may have been switched");
+        }
+        anyhow::bail!("tls: failed to find any PEM data in certificate input");
+    }
     Ok(certs)
 }
 
 fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
-    PrivateKeyDer::from_pem_file(path)
-        .with_context(|| format!("cannot read the private key {}", path.display()))
+    let data = read_pem_file(path)?;
+    match PrivateKeyDer::from_pem_slice(&data) {
+        Ok(k) => Ok(k),
+        Err(_) if String::from_utf8_lossy(&data).contains("CERTIFICATE-----") => {
+            anyhow::bail!("tls: found a certificate rather than a key in the PEM for the private key")
+        }
+        Err(e) => Err(anyhow::anyhow!(e))
+            .with_context(|| format!("cannot read the private key {}", path.display())),
+    }
+}
+
+/// A PEM file's bytes; a missing or unreadable file as Go's `os.Open`
+/// words it.
+fn read_pem_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file or directory".to_string(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+            _ => e.to_string(),
+        };
+        anyhow::anyhow!("open {}: {why}", path.display())
+    })
 }
 
 /// A CRL file, PEM or DER (as Go's `x509.ParseCRL`).
@@ -272,12 +299,10 @@ impl Side {
     fn served(
         &self,
     ) -> anyhow::Result<Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>> {
+        // A certificate without its key (or a key without its
+        // certificate) serves nothing; as in etcd, that is an error only
+        // for an https URL (see `run::https_acceptor`).
         let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
-            anyhow::ensure!(
-                self.cert.is_none() && self.key.is_none(),
-                "{}: a certificate needs its key and a key its certificate",
-                self.what
-            );
             return Ok(None);
         };
         Ok(Some((read_certs(cert)?, read_key(key)?)))
@@ -294,9 +319,14 @@ impl Side {
         // etcd: a trusted CA file, or client cert auth, means client
         // certificates are required and verified.
         let builder = if self.ca.is_some() || self.cert_auth {
-            let ca = self.ca.as_ref().with_context(|| {
-                format!("{what}: client certificate auth needs a trusted CA file")
-            })?;
+            // Without a CA file Go verifies client certificates against
+            // the system's roots (etcd starts).
+            let system = PathBuf::from("/etc/ssl/certs/ca-certificates.crt");
+            let ca = match self.ca.as_ref() {
+                Some(ca) => ca,
+                None if system.is_file() => &system,
+                None => anyhow::bail!("{what}: client certificate auth needs a trusted CA file"),
+            };
             let mut b = WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots(ca)?),
                 proto.provider.clone(),
