@@ -23,7 +23,7 @@ use crate::error::ServerError;
 use crate::server::EtcdServer;
 use axum::body::Bytes;
 use axum::http::Method;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
@@ -644,6 +644,32 @@ fn allowed_origin(origin: Option<&str>) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Go's `http.Redirect(w, r, location, 301)`: an HTML body for GET (and
+/// its content type for GET and HEAD).
+pub fn go_redirect(method: &Method, location: &str) -> Response {
+    let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
+    if let Ok(v) = HeaderValue::from_str(location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    if method == Method::GET || method == Method::HEAD {
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+    }
+    if method == Method::GET {
+        let href = location
+            .replace('&', "&amp;")
+            .replace('\'', "&#39;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&#34;");
+        *r.body_mut() =
+            axum::body::Body::from(format!("<a href=\"{href}\">Moved Permanently</a>.\n\n"));
+    }
+    r
+}
+
 /// etcd's access controller in front of the client port's HTTP answers
 /// (`embed/serve.go`, `accessController`; called by `http::go_front`):
 /// a Host not in `--host-whitelist` (insecure URLs only; the request
@@ -747,7 +773,7 @@ pub fn not_served(method: &axum::http::Method, path: &str, query: Option<&str>) 
             Some(q) => format!("/v3/?{q}"),
             None => "/v3/".to_string(),
         };
-        super::http::go_redirect(method, &location)
+        go_redirect(method, &location)
     } else {
         go_error(StatusCode::NOT_FOUND, "404 page not found")
     };

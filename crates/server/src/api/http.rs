@@ -4,7 +4,7 @@
 //! `/readyz` on `--listen-metrics-urls` (no `/version` there), served
 //! from start-up so probes see the member before it is ready.
 
-use super::gateway::go_error;
+use super::gateway::{go_error, go_redirect};
 use crate::config::version::cluster_version;
 use crate::error::ServerError;
 use crate::server::EtcdServer;
@@ -186,32 +186,6 @@ fn go_bad_request(why: Option<&str>) -> Response {
         text,
     )
         .into_response()
-}
-
-/// Go's `http.Redirect(w, r, location, 301)`: an HTML body for GET (and
-/// its content type for GET and HEAD).
-pub fn go_redirect(method: &Method, location: &str) -> Response {
-    let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
-    if let Ok(v) = HeaderValue::from_str(location) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
-    if method == Method::GET || method == Method::HEAD {
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/html; charset=utf-8"),
-        );
-    }
-    if method == Method::GET {
-        let href = location
-            .replace('&', "&amp;")
-            .replace('\'', "&#39;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&#34;");
-        *r.body_mut() =
-            axum::body::Body::from(format!("<a href=\"{href}\">Moved Permanently</a>.\n\n"));
-    }
-    r
 }
 
 /// Go's `url` unescaping: `%XX` decoded, an invalid escape an error; in a

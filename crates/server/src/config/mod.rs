@@ -310,7 +310,10 @@ impl Config {
             let opened = if o.is_empty() {
                 Err(std::io::Error::from(std::io::ErrorKind::NotFound))
             } else {
-                std::fs::OpenOptions::new().create(true).append(true).open(o)
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(o)
             };
             if let Err(e) = opened {
                 return verify(format!(
@@ -344,7 +347,10 @@ impl Config {
             }
         }
         for (flag, list) in [
-            ("--initial-advertise-peer-urls", &self.initial_advertise_peer_urls),
+            (
+                "--initial-advertise-peer-urls",
+                &self.initial_advertise_peer_urls,
+            ),
             ("--advertise-client-urls", &self.advertise_client_urls),
         ] {
             let urls = split_urls(list);
@@ -396,7 +402,11 @@ impl Config {
         // StartEtcd's first step (updateCipherSuites): an empty name is
         // refused (logged at fatal level, so never quiet).
         if values.is_set("cipher-suites") {
-            if let Some(bad) = values.raw("cipher-suites").split(',').find(|s| s.trim().is_empty()) {
+            if let Some(bad) = values
+                .raw("cipher-suites")
+                .split(',')
+                .find(|s| s.trim().is_empty())
+            {
                 return Err(Exit::Verify(format!("unexpected TLS cipher suite {bad:?}")));
             }
         }
@@ -416,8 +426,9 @@ impl Config {
     ) -> Result<(), Exit> {
         let mut names: Vec<&flags::Flag> = flags::FLAGS.iter().collect();
         names.sort_by_key(|f| f.name);
-        let on_cmdline =
-            |values: &Values, name: &str| matches!(values.set.get(name), Some((_, flags::Source::Flag)));
+        let on_cmdline = |values: &Values, name: &str| {
+            matches!(values.set.get(name), Some((_, flags::Source::Flag)))
+        };
         let mut used = Vec::new();
         let mut error = None;
         for fl in names {
@@ -437,7 +448,10 @@ impl Config {
                     notices.push(Notice {
                         warn: false,
                         msg: "recognized and used environment variable".into(),
-                        fields: vec![("variable-name", key.clone()), ("variable-value", v.clone())],
+                        fields: vec![
+                            ("variable-name", key.clone()),
+                            ("variable-value", v.clone()),
+                        ],
                     });
                     values.set.insert(fl.name, (checked, flags::Source::Env));
                 }
@@ -584,7 +598,9 @@ impl Config {
             initial_advertise_peer_urls: v.str("initial-advertise-peer-urls"),
             // Given (even empty) or not: etcd's default derives from the
             // name only when it was not given.
-            initial_cluster: v.is_set("initial-cluster").then(|| v.str("initial-cluster")),
+            initial_cluster: v
+                .is_set("initial-cluster")
+                .then(|| v.str("initial-cluster")),
             initial_cluster_token: v.str("initial-cluster-token"),
             initial_cluster_state: v.str("initial-cluster-state"),
             snapshot_count: v.u64("snapshot-count"),
@@ -881,7 +897,10 @@ pub fn go_duration_error(s: &str) -> String {
             return format!("time: missing unit in duration {orig:?}");
         }
         let unit = &s[..u];
-        if !matches!(unit, "ns" | "us" | "\u{b5}s" | "\u{3bc}s" | "ms" | "s" | "m" | "h") {
+        if !matches!(
+            unit,
+            "ns" | "us" | "\u{b5}s" | "\u{3bc}s" | "ms" | "s" | "m" | "h"
+        ) {
             return format!("time: unknown unit {unit:?} in duration {orig:?}");
         }
         s = &s[u..];
@@ -1040,14 +1059,17 @@ impl Config {
         let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for part in spec.split(',').filter(|p| !p.is_empty()) {
             let (name, url) = part.split_once('=').unwrap_or((part, ""));
-            map.entry(name.to_string()).or_default().push(url.trim().to_string());
+            map.entry(name.to_string())
+                .or_default()
+                .push(url.trim().to_string());
         }
         for urls in map.values_mut() {
             for u in urls.iter() {
                 if u.is_empty() {
                     return Err("error setting up initial cluster: URL scheme must be http, https, unix, or unixs: ".into());
                 }
-                flags::check_url(u).map_err(|e| format!("error setting up initial cluster: {e}"))?;
+                flags::check_url(u)
+                    .map_err(|e| format!("error setting up initial cluster: {e}"))?;
             }
             urls.sort();
         }
@@ -1116,7 +1138,10 @@ impl Config {
         all.sort();
         all.dedup();
         if all.len() != n {
-            return Err(format!("initial cluster {} has duplicate url", show_map(&map)));
+            return Err(format!(
+                "initial cluster {} has duplicate url",
+                show_map(&map)
+            ));
         }
         Ok(())
     }

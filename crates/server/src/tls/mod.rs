@@ -251,7 +251,9 @@ fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
     match PrivateKeyDer::from_pem_slice(&data) {
         Ok(k) => Ok(k),
         Err(_) if String::from_utf8_lossy(&data).contains("CERTIFICATE-----") => {
-            anyhow::bail!("tls: found a certificate rather than a key in the PEM for the private key")
+            anyhow::bail!(
+                "tls: found a certificate rather than a key in the PEM for the private key"
+            )
         }
         Err(e) => Err(anyhow::anyhow!(e))
             .with_context(|| format!("cannot read the private key {}", path.display())),
