@@ -32,6 +32,10 @@ pub enum FormatError {
     Write(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A key of the root that bbolt's lookup finds no bucket for (its
+    /// name as etcdutl prints it: the raw bytes).
+    #[error("cannot get hash of bucket {}", String::from_utf8_lossy(.0))]
+    NotABucket(Vec<u8>),
 }
 
 impl From<bbolt_rs::Error> for FormatError {
@@ -156,17 +160,31 @@ pub struct Status {
     pub total_size: u64,
 }
 
-/// Walks every bucket of `r`: `etcdutl snapshot status`'s figures.
+/// Walks every bucket of `r`: `etcdutl snapshot status`'s figures, read
+/// as etcdutl reads them: each key of the root in order, looked up as a
+/// bucket (`tx.Bucket`: "cannot get hash of bucket" when that finds no
+/// bucket), then every key and value of it (a nested bucket's value as
+/// nothing, as `Bucket.ForEach` gives it).
 pub fn status(r: &BoltReader) -> Result<Status, FormatError> {
     let mut hash = 0u32;
     let mut revision = 0i64;
     let mut total_keys = 0u64;
-    for (name, root) in r.buckets()? {
+    let mut names = Vec::new();
+    r.walk::<BoltError>(&r.root(), &mut |k, _, _| {
+        names.push(k.to_vec());
+        Ok(())
+    })?;
+    for name in names {
+        let Some(root) = r.root_bucket(&name)? else {
+            return Err(FormatError::NotABucket(name));
+        };
         hash = crc32c::crc32c_append(hash, &name);
         let is_key = name == b"key";
-        r.walk::<BoltError>(&root, &mut |k, v, _| {
+        r.walk::<BoltError>(&root, &mut |k, v, sub| {
             hash = crc32c::crc32c_append(hash, k);
-            hash = crc32c::crc32c_append(hash, v);
+            if sub.is_none() {
+                hash = crc32c::crc32c_append(hash, v);
+            }
             if is_key && k.len() >= 8 {
                 revision = i64::from_be_bytes(k[..8].try_into().expect("8 bytes"));
             }

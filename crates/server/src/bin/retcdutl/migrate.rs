@@ -133,7 +133,7 @@ pub(crate) fn migrate(
         entries.len(),
     );
 
-    let data_dir = nc.cfg.data_dir();
+    let data_dir = nc.paths.data_dir();
     let mut rows = 0;
     restore_backend(&nc, &mut |kv| {
         rows = restore_etcd_rows(kv, &r)?;
