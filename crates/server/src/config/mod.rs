@@ -1079,59 +1079,13 @@ impl Config {
                 self.name
             ));
         };
-        let show_map = |m: &BTreeMap<String, Vec<String>>| {
-            let mut pairs: Vec<String> = m
-                .iter()
-                .flat_map(|(n, us)| us.iter().map(move |u| format!("{n}={u}")))
-                .collect();
-            pairs.sort();
-            pairs.join(",")
-        };
         if self.initial_cluster_state == "new" {
             // advertiseMatchesCluster (netutil.URLStringsEqual; IPs and
             // localhost are not resolved)
             let mut ap = split_urls(&self.initial_advertise_peer_urls);
             ap.sort();
             ap.dedup();
-            if ap != *urls {
-                let quote = |v: &[String]| {
-                    let q: Vec<String> = v.iter().map(|u| format!("{u:?}")).collect();
-                    format!("[{}]", q.join(" "))
-                };
-                let why = if ap.len() != urls.len() {
-                    format!("len({}) != len({})", quote(&ap), quote(urls))
-                } else {
-                    let i = (0..ap.len()).find(|&i| ap[i] != urls[i]).unwrap_or(0);
-                    format!(
-                        "{:?}(resolved from {:?}) != {:?}(resolved from {:?})",
-                        ap[i], ap[i], urls[i], urls[i]
-                    )
-                };
-                let missing: Vec<String> = urls
-                    .iter()
-                    .filter(|u| !ap.contains(u))
-                    .map(|u| format!("{}={u}", self.name))
-                    .collect();
-                if !missing.is_empty() {
-                    return Err(format!(
-                        "--initial-cluster has {} but missing from --initial-advertise-peer-urls={} ({why})",
-                        missing.join(","),
-                        ap.join(",")
-                    ));
-                }
-                let extra: Vec<String> = ap.iter().filter(|u| !urls.contains(u)).cloned().collect();
-                let own = show_map(&BTreeMap::from([(self.name.clone(), ap.clone())]));
-                if !extra.is_empty() {
-                    return Err(format!(
-                        "--initial-advertise-peer-urls has {} but missing from --initial-cluster={own}",
-                        extra.join(",")
-                    ));
-                }
-                return Err(format!(
-                    "failed to resolve {} to match --initial-cluster={own} ({why})",
-                    ap.join(",")
-                ));
-            }
+            advertise_matches_cluster(&self.name, urls, &ap, &|u| format!("{u:?}"))?;
         }
         let mut all: Vec<&String> = map.values().flatten().collect();
         let n = all.len();
@@ -1140,11 +1094,83 @@ impl Config {
         if all.len() != n {
             return Err(format!(
                 "initial cluster {} has duplicate url",
-                show_map(&map)
+                urls_map_string(&map)
             ));
         }
         Ok(())
     }
+}
+
+/// `types.URLsMap.String()`: sorted `name=url` pairs.
+pub fn urls_map_string(m: &BTreeMap<String, Vec<String>>) -> String {
+    let mut pairs: Vec<String> = m
+        .iter()
+        .flat_map(|(n, us)| us.iter().map(move |u| format!("{n}={u}")))
+        .collect();
+    pairs.sort();
+    pairs.join(",")
+}
+
+/// etcd's `ServerConfig.advertiseMatchesCluster`, its texts included, for
+/// the member `name` whose `--initial-cluster` URLs are `cluster` (sorted)
+/// and whose `--initial-advertise-peer-urls` are `peers` (sorted, each
+/// once); `quote` is Go's `%q`. Nothing is resolved: etcd resolves no IP
+/// and not `localhost`. The server's start and retcdutl's restore both
+/// check it.
+pub fn advertise_matches_cluster(
+    name: &str,
+    cluster: &[String],
+    peers: &[String],
+    quote: &dyn Fn(&str) -> String,
+) -> Result<(), String> {
+    let list = |v: &[String]| {
+        let q: Vec<String> = v.iter().map(|u| quote(u)).collect();
+        format!("[{}]", q.join(" "))
+    };
+    let why = if peers.len() != cluster.len() {
+        format!("len({}) != len({})", list(peers), list(cluster))
+    } else {
+        match peers.iter().zip(cluster).find(|(a, b)| a != b) {
+            None => return Ok(()),
+            Some((a, b)) => format!(
+                "{}(resolved from {}) != {}(resolved from {})",
+                quote(a),
+                quote(a),
+                quote(b),
+                quote(b)
+            ),
+        }
+    };
+    let ap = peers.join(",");
+    // etcd collects the URLs in maps: each is named once
+    let mut missing: Vec<String> = cluster
+        .iter()
+        .filter(|u| !peers.contains(u))
+        .map(|u| format!("{name}={u}"))
+        .collect();
+    missing.dedup();
+    if !missing.is_empty() {
+        return Err(format!(
+            "--initial-cluster has {} but missing from --initial-advertise-peer-urls={ap} ({why})",
+            missing.join(",")
+        ));
+    }
+    let own = urls_map_string(&BTreeMap::from([(name.to_string(), peers.to_vec())]));
+    let mut extra: Vec<&str> = peers
+        .iter()
+        .filter(|u| !cluster.contains(u))
+        .map(String::as_str)
+        .collect();
+    extra.dedup();
+    if !extra.is_empty() {
+        return Err(format!(
+            "--initial-advertise-peer-urls has {} but missing from --initial-cluster={own}",
+            extra.join(",")
+        ));
+    }
+    Err(format!(
+        "failed to resolve {ap} to match --initial-cluster={own} ({why})"
+    ))
 }
 
 pub fn split_urls(s: &str) -> Vec<String> {

@@ -51,6 +51,7 @@ use retcd_etcdfmt::human_bytes;
 use retcd_etcdfmt::BoltReader;
 use retcd_mvcc::kvstore::{parse_dump, CONSISTENT_INDEX_KEY, DUMP_MAGIC, TERM_KEY};
 use retcd_mvcc::{KvStore, Revision};
+use retcd_server::config::{advertise_matches_cluster, urls_map_string};
 use retcd_storage::backend::{commit_with, Backend, CommitPolicy, ALARM, MEMBERS, META};
 use retcd_storage::wal::{Wal, WalEntry, WalSnapshot};
 use sha2::{Digest, Sha256};
@@ -297,12 +298,6 @@ fn go_path_err(op: &str, path: &str, e: &std::io::Error) -> String {
 fn go_bytes(b: &[u8]) -> String {
     let v: Vec<String> = b.iter().map(|x| x.to_string()).collect();
     format!("[{}]", v.join(" "))
-}
-
-/// Go's `%q` of a `[]string`: `["a" "b"]`.
-fn go_quote_list(v: &[String]) -> String {
-    let q: Vec<String> = v.iter().map(|s| go_quote(s)).collect();
-    format!("[{}]", q.join(" "))
 }
 
 /// Go's `filepath.Join` (which cleans the result).
@@ -778,76 +773,6 @@ fn new_urls_map(s: &str) -> Result<std::collections::BTreeMap<String, Vec<String
     Ok(m)
 }
 
-/// `types.URLsMap.String()`: sorted `name=url` pairs.
-fn urls_map_string(m: &std::collections::BTreeMap<String, Vec<String>>) -> String {
-    let mut pairs: Vec<String> = m
-        .iter()
-        .flat_map(|(n, us)| us.iter().map(move |u| format!("{n}={u}")))
-        .collect();
-    pairs.sort();
-    pairs.join(",")
-}
-
-/// etcd's `ServerConfig.advertiseMatchesCluster` (no name resolution:
-/// etcd resolves nothing for IPs and `localhost`).
-fn advertise_matches_cluster(
-    name: &str,
-    cluster: &[String],
-    peers: &[String],
-) -> Result<(), String> {
-    let err = if peers.len() != cluster.len() {
-        format!(
-            "len({}) != len({})",
-            go_quote_list(peers),
-            go_quote_list(cluster)
-        )
-    } else {
-        match peers.iter().zip(cluster).find(|(a, b)| a != b) {
-            None => return Ok(()),
-            Some((a, b)) => format!(
-                "{}(resolved from {}) != {}(resolved from {})",
-                go_quote(a),
-                go_quote(a),
-                go_quote(b),
-                go_quote(b)
-            ),
-        }
-    };
-    let ap_str = peers.join(",");
-    // etcd collects the URLs in a map: each once (in the map's order,
-    // which is random; sorted here)
-    let mut missing: Vec<String> = cluster
-        .iter()
-        .filter(|u| !peers.contains(u))
-        .map(|u| format!("{name}={u}"))
-        .collect();
-    missing.dedup();
-    if !missing.is_empty() {
-        return Err(format!(
-            "--initial-cluster has {} but missing from --initial-advertise-peer-urls={ap_str} ({err})",
-            missing.join(",")
-        ));
-    }
-    let mut umap = std::collections::BTreeMap::new();
-    umap.insert(name.to_string(), peers.to_vec());
-    let umap = urls_map_string(&umap);
-    let mut extra: Vec<&str> = peers
-        .iter()
-        .filter(|u| !cluster.contains(u))
-        .map(String::as_str)
-        .collect();
-    extra.dedup();
-    if !extra.is_empty() {
-        return Err(format!(
-            "--initial-advertise-peer-urls has {} but missing from --initial-cluster={umap}",
-            extra.join(",")
-        ));
-    }
-    Err(format!(
-        "failed to resolve {ap_str} to match --initial-cluster={umap} ({err})"
-    ))
-}
-
 /// The new cluster of `m`, checked as etcdutl's restore checks it (the
 /// URLs, `VerifyBootstrap`, then the output directories).
 fn new_cluster(m: &NewMember) -> anyhow::Result<NewCluster> {
@@ -860,7 +785,8 @@ fn new_cluster(m: &NewMember) -> anyhow::Result<NewCluster> {
             go_quote(&m.name)
         );
     };
-    advertise_matches_cluster(&m.name, mine, &peers).map_err(anyhow::Error::msg)?;
+    advertise_matches_cluster(&m.name, mine, &peers, &|u| go_quote(u))
+        .map_err(anyhow::Error::msg)?;
     let mut seen = std::collections::HashSet::new();
     if cluster.values().flatten().any(|u| !seen.insert(u)) {
         anyhow::bail!(
@@ -1391,9 +1317,9 @@ mod tests {
         let c = vec!["http://localhost:2380".to_string()];
         let p = vec!["http://127.0.0.1:9".to_string()];
         assert_eq!(
-            advertise_matches_cluster("default", &c, &p).unwrap_err(),
+            advertise_matches_cluster("default", &c, &p, &|u| go_quote(u)).unwrap_err(),
             "--initial-cluster has default=http://localhost:2380 but missing from --initial-advertise-peer-urls=http://127.0.0.1:9 (\"http://127.0.0.1:9\"(resolved from \"http://127.0.0.1:9\") != \"http://localhost:2380\"(resolved from \"http://localhost:2380\"))"
         );
-        assert!(advertise_matches_cluster("default", &c, &c).is_ok());
+        assert!(advertise_matches_cluster("default", &c, &c, &|u| go_quote(u)).is_ok());
     }
 }
