@@ -204,14 +204,19 @@ fn go_float32(f: f64) -> String {
     if (-4..21).contains(&exp) {
         format!("{v}")
     } else {
-        let e = format!("{v:e}");
-        match e.split_once('e') {
-            Some((m, x)) => {
-                let n: i32 = x.parse().unwrap_or(0);
-                format!("{m}e{}{:02}", if n < 0 { '-' } else { '+' }, n.abs())
-            }
-            None => e,
+        go_exponent(format!("{v:e}"))
+    }
+}
+
+/// Rust's `{:e}` (`1e21`) as Go writes an exponent: signed, two digits
+/// at least (`1e+21`).
+fn go_exponent(e: String) -> String {
+    match e.split_once('e') {
+        Some((m, x)) => {
+            let n: i32 = x.parse().unwrap_or(0);
+            format!("{m}e{}{:02}", if n < 0 { '-' } else { '+' }, n.abs())
         }
+        None => e,
     }
 }
 
@@ -219,14 +224,7 @@ fn go_float32(f: f64) -> String {
 fn go_json_float(f: f64) -> String {
     let abs = f.abs();
     if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-        let e = format!("{f:e}");
-        match e.split_once('e') {
-            Some((m, x)) => {
-                let n: i32 = x.parse().unwrap_or(0);
-                format!("{m}e{}{:02}", if n < 0 { '-' } else { '+' }, n.abs())
-            }
-            None => e,
-        }
+        go_exponent(format!("{f:e}"))
     } else {
         // shortest digits, no exponent (as Go's 'f' format with -1)
         format!("{f}")

@@ -680,15 +680,23 @@ pub fn parse_int(s: &str, bits: u32) -> Option<i64> {
 /// Go's `time.ParseDuration`, in nanoseconds: `[-+]?(\d*(\.\d*)?unit)+`
 /// or `0`; units ns, us, µs, μs, ms, s, m, h.
 pub fn parse_go_duration(s: &str) -> Option<i64> {
+    go_duration(s).ok()
+}
+
+/// [`parse_go_duration`] with Go's error text when `s` is refused
+/// (`time: invalid duration "x"`, `time: missing unit in duration "1"`,
+/// `time: unknown unit "d" in duration "1d"`).
+pub fn go_duration(s: &str) -> Result<i64, String> {
+    let invalid = || format!("time: invalid duration {s:?}");
     let (neg, mut rest) = match s.strip_prefix('-') {
         Some(r) => (true, r),
         None => (false, s.strip_prefix('+').unwrap_or(s)),
     };
     if rest == "0" {
-        return Some(0);
+        return Ok(0);
     }
     if rest.is_empty() {
-        return None;
+        return Err(invalid());
     }
     let mut total: f64 = 0.0;
     while !rest.is_empty() {
@@ -696,13 +704,16 @@ pub fn parse_go_duration(s: &str) -> Option<i64> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
         let num = &rest[..n];
-        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
-            return None;
+        if num.is_empty() || num == "." {
+            return Err(invalid());
         }
         rest = &rest[n..];
         let u = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
+        if u == 0 {
+            return Err(format!("time: missing unit in duration {s:?}"));
+        }
         let unit = &rest[..u];
         rest = &rest[u..];
         let scale = match unit {
@@ -712,15 +723,18 @@ pub fn parse_go_duration(s: &str) -> Option<i64> {
             "s" => 1e9,
             "m" => 60e9,
             "h" => 3600e9,
-            _ => return None,
+            _ => return Err(format!("time: unknown unit {unit:?} in duration {s:?}")),
         };
-        let v: f64 = num.parse().ok()?;
+        if num.matches('.').count() > 1 {
+            return Err(invalid());
+        }
+        let v: f64 = num.parse().map_err(|_| invalid())?;
         total += v * scale;
     }
     if total > i64::MAX as f64 {
-        return None;
+        return Err(invalid());
     }
-    Some(if neg { -(total as i64) } else { total as i64 })
+    Ok(if neg { -(total as i64) } else { total as i64 })
 }
 
 /// What the command line asked for.

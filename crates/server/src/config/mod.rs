@@ -868,44 +868,7 @@ fn io_text(e: &std::io::Error) -> String {
 /// Go's `time.ParseDuration` ("1h30m", "100ms", "0"); negative values
 /// count as zero.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    flags::parse_go_duration(s.trim())
-        .map(|ns| Duration::from_nanos(ns.max(0) as u64))
-        .ok_or_else(|| format!("time: invalid duration {s:?}"))
-}
-
-/// The error Go's `time.ParseDuration` gives for `s` (which it refuses).
-pub fn go_duration_error(s: &str) -> String {
-    let orig = s;
-    let mut s = s.strip_prefix(['-', '+']).unwrap_or(s);
-    let invalid = format!("time: invalid duration {orig:?}");
-    if s.is_empty() {
-        return invalid;
-    }
-    while !s.is_empty() {
-        let n = s
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len());
-        let num = &s[..n];
-        if num.is_empty() || num == "." {
-            return invalid;
-        }
-        s = &s[n..];
-        let u = s
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(s.len());
-        if u == 0 {
-            return format!("time: missing unit in duration {orig:?}");
-        }
-        let unit = &s[..u];
-        if !matches!(
-            unit,
-            "ns" | "us" | "\u{b5}s" | "\u{3bc}s" | "ms" | "s" | "m" | "h"
-        ) {
-            return format!("time: unknown unit {unit:?} in duration {orig:?}");
-        }
-        s = &s[u..];
-    }
-    invalid
+    flags::go_duration(s.trim()).map(|ns| Duration::from_nanos(ns.max(0) as u64))
 }
 
 /// A member named in `--initial-cluster`.

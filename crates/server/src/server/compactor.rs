@@ -43,12 +43,8 @@ pub fn parse(mode: &str, retention: &str) -> Result<Option<AutoCompaction>, Stri
             "revision" => h as i128,
             _ => h as i128 * HOUR.as_nanos() as i128,
         },
-        _ => crate::config::flags::parse_go_duration(retention).ok_or_else(|| {
-            format!(
-                "error parsing CompactionRetention: {}",
-                crate::config::go_duration_error(retention)
-            )
-        })? as i128,
+        _ => crate::config::flags::go_duration(retention)
+            .map_err(|e| format!("error parsing CompactionRetention: {e}"))? as i128,
     };
     if ret == 0 {
         return Ok(None);
