@@ -11,10 +11,11 @@ mod cobra;
 mod gofmt;
 mod json;
 mod printer;
-mod raw;
 mod tree;
 
 use std::time::{Duration, Instant};
+
+use retcd_gostd::raw;
 
 use client::{ConnConf, Exit, EXIT_BAD_ARGS, EXIT_BAD_FEATURE, EXIT_ERROR};
 use cobra::{ParseError, Parsed};

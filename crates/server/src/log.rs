@@ -112,39 +112,8 @@ pub struct GoDuration(pub std::time::Duration);
 
 impl std::fmt::Display for GoDuration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ns = self.0.as_nanos();
-        if ns == 0 {
-            return f.write_str("0s");
-        }
-        // fraction without trailing zeros
-        let frac = |v: u128, digits: u32| -> String {
-            let s = format!("{:0width$}", v, width = digits as usize);
-            let s = s.trim_end_matches('0');
-            if s.is_empty() {
-                String::new()
-            } else {
-                format!(".{s}")
-            }
-        };
-        if ns < 1_000 {
-            return write!(f, "{ns}ns");
-        }
-        if ns < 1_000_000 {
-            return write!(f, "{}{}\u{b5}s", ns / 1_000, frac(ns % 1_000, 3));
-        }
-        if ns < 1_000_000_000 {
-            return write!(f, "{}{}ms", ns / 1_000_000, frac(ns % 1_000_000, 6));
-        }
-        let secs = ns / 1_000_000_000;
-        let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
-        let sfrac = frac(ns % 1_000_000_000, 9);
-        if h > 0 {
-            write!(f, "{h}h{m}m{s}{sfrac}s")
-        } else if m > 0 {
-            write!(f, "{m}m{s}{sfrac}s")
-        } else {
-            write!(f, "{s}{sfrac}s")
-        }
+        let ns = i64::try_from(self.0.as_nanos()).unwrap_or(i64::MAX);
+        f.write_str(&retcd_gostd::time::format_duration(ns))
     }
 }
 

@@ -90,6 +90,35 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         peer_listeners.push((l, acceptor));
     }
 
+    // Then the client listeners, and only then the checks of
+    // --initial-cluster: etcd binds both kinds of listener before its
+    // server looks at the cluster (embed.StartEtcd), so a port in use is
+    // what it reports first.
+    let mut client_listeners = Vec::new();
+    let grpc_urls = split_urls(&cfg.listen_client_urls);
+    let http_urls = split_urls(&cfg.listen_client_http_urls);
+    for (url, grpc) in grpc_urls
+        .into_iter()
+        .map(|u| (u, true))
+        .chain(http_urls.into_iter().map(|u| (u, false)))
+    {
+        // etcd refuses an https or unixs client URL without a certificate
+        // before it binds anything.
+        if url.starts_with("unixs://") {
+            https_acceptor(
+                &url.replacen("unixs://", "https://", 1),
+                &tls.client_acceptor,
+                &cfg,
+                false,
+            )
+            .map_err(|e| anyhow::anyhow!(e.to_string().replace("https://", "unixs://")))?;
+        }
+        let (addr, l) = bind_client(&url).await?;
+        let acceptor = https_acceptor(&url, &tls.client_acceptor, &cfg, false)?;
+        client_listeners.push((grpc, addr, l, acceptor));
+    }
+    cfg.verify_bootstrap().map_err(anyhow::Error::msg)?;
+
     // Opening the data dir replays the WAL (and joining asks a peer): a
     // blocking thread, not a runtime worker.
     let server = {
@@ -173,25 +202,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // With --listen-client-http-urls, the client URLs serve gRPC only and
     // these serve the HTTP endpoints (etcd 3.5.8+).
     let http_apart = !cfg.listen_client_http_urls.is_empty();
-    let grpc_urls = split_urls(&cfg.listen_client_urls);
-    let http_urls = split_urls(&cfg.listen_client_http_urls);
-    for (url, grpc) in grpc_urls
-        .iter()
-        .map(|u| (u, true))
-        .chain(http_urls.iter().map(|u| (u, false)))
-    {
-        // etcd refuses an https or unixs client URL without a certificate
-        // before it binds anything.
-        if url.starts_with("unixs://") {
-            https_acceptor(
-                &url.replacen("unixs://", "https://", 1),
-                &tls.client_acceptor,
-                &cfg,
-                false,
-            )
-            .map_err(|e| anyhow::anyhow!(e.to_string().replace("https://", "unixs://")))?;
-        }
-        let (addr, l) = bind_client(url).await?;
+    for (grpc, addr, l, acceptor) in client_listeners {
         let mut router = axum::Router::new();
         if !grpc || !http_apart {
             router = router.merge(crate::api::http::router(server.clone()));
@@ -212,7 +223,6 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         };
         let mut rx = stop_rx.clone();
         let mut published = server.published();
-        let acceptor = https_acceptor(url, &tls.client_acceptor, &cfg, false)?;
         let secure = acceptor.is_some();
         let nonzero = |d: std::time::Duration| (!d.is_zero()).then_some(d);
         let settings = crate::api::serve::Settings {

@@ -145,10 +145,12 @@ fn resolve(s: &str) -> Node {
     let first = s.as_bytes()[0];
     if first.is_ascii_digit() || first == b'+' || first == b'-' {
         let plain = s.replace('_', "");
-        if let Some(v) = super::flags::parse_int(&plain, 64) {
+        if let Ok(v) = retcd_gostd::strconv::parse_int(&plain, 0, 64) {
             return Node::Int(v as i128);
         }
-        if let Some(v) = super::flags::parse_uint(plain.strip_prefix('+').unwrap_or(&plain), 64) {
+        if let Ok(v) =
+            retcd_gostd::strconv::parse_uint(plain.strip_prefix('+').unwrap_or(&plain), 0, 64)
+        {
             if !plain.starts_with('-') {
                 return Node::Int(v as i128);
             }

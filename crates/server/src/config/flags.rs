@@ -4,8 +4,10 @@
 //! `=`), the last occurrence wins, parsing stops at the first positional
 //! argument or after `--`.
 
-pub use super::parse_bool;
 use std::collections::BTreeMap;
+
+use retcd_gostd::strconv;
+use retcd_gostd::time::parse_duration;
 
 /// How a flag's value is parsed (Go's kinds, as etcd registers them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -437,20 +439,20 @@ impl Values {
     }
 
     pub fn bool(&self, name: &str) -> bool {
-        parse_bool(self.raw(name)).unwrap_or(false)
+        strconv::parse_bool(self.raw(name)).unwrap_or(false)
     }
 
     pub fn u64(&self, name: &str) -> u64 {
-        parse_uint(self.raw(name), 64).unwrap_or(0)
+        strconv::parse_uint(self.raw(name), 0, 64).unwrap_or(0)
     }
 
     pub fn i64(&self, name: &str) -> i64 {
-        parse_int(self.raw(name), 64).unwrap_or(0)
+        strconv::parse_int(self.raw(name), 0, 64).unwrap_or(0)
     }
 
     /// Negative durations (which Go accepts) count as zero.
     pub fn duration(&self, name: &str) -> std::time::Duration {
-        let ns = parse_go_duration(self.raw(name)).unwrap_or(0);
+        let ns = parse_duration(self.raw(name)).unwrap_or(0);
         std::time::Duration::from_nanos(ns.max(0) as u64)
     }
 
@@ -477,21 +479,21 @@ pub fn check(flag: &Flag, value: &str) -> Result<String, String> {
     const PARSE: &str = "parse error";
     match flag.kind {
         Str | Ignored => Ok(value.to_string()),
-        Bool => parse_bool(value)
+        Bool => strconv::parse_bool(value)
             .map(|b| b.to_string())
-            .ok_or_else(|| PARSE.to_string()),
-        Uint | Uint64 => parse_uint(value, 64)
+            .map_err(|_| PARSE.to_string()),
+        Uint | Uint64 => strconv::parse_uint(value, 0, 64)
             .map(|v| v.to_string())
-            .ok_or_else(|| num_error(value, false)),
-        Uint32 => parse_uint(value, 32)
+            .map_err(num_error),
+        Uint32 => strconv::parse_uint(value, 0, 32)
             .map(|v| v.to_string())
-            .ok_or_else(|| num_error(value, false)),
-        Int | Int64 => parse_int(value, 64)
+            .map_err(num_error),
+        Int | Int64 => strconv::parse_int(value, 0, 64)
             .map(|v| v.to_string())
-            .ok_or_else(|| num_error(value, true)),
-        Duration => parse_go_duration(value)
+            .map_err(num_error),
+        Duration => parse_duration(value)
             .map(|_| value.to_string())
-            .ok_or_else(|| PARSE.to_string()),
+            .map_err(|_| PARSE.to_string()),
         Urls => {
             // flags.UniqueURLs: only the whole value may be the exception.
             if flag.name == "cors" && value == "*" {
@@ -525,31 +527,11 @@ pub fn check(flag: &Flag, value: &str) -> Result<String, String> {
     }
 }
 
-/// Go's flag package for a number it cannot take: "value out of range"
-/// when the text is a number of Go's syntax that does not fit, else
-/// "parse error".
-fn num_error(value: &str, signed: bool) -> String {
-    let body = if signed {
-        value.strip_prefix(['-', '+']).unwrap_or(value)
-    } else {
-        value
-    };
-    let (digits, radix) = if let Some(r) = body.strip_prefix("0x").or(body.strip_prefix("0X")) {
-        (r, 16)
-    } else if let Some(r) = body.strip_prefix("0b").or(body.strip_prefix("0B")) {
-        (r, 2)
-    } else if let Some(r) = body.strip_prefix("0o").or(body.strip_prefix("0O")) {
-        (r, 8)
-    } else if body.len() > 1 && body.starts_with('0') {
-        (&body[1..], 8)
-    } else {
-        (body, 10)
-    };
-    let syntax = !digits.is_empty() && digits.chars().all(|c| c.is_digit(radix));
-    if syntax {
-        "value out of range".to_string()
-    } else {
-        "parse error".to_string()
+/// Go's `flag` package's text for a number it cannot take.
+fn num_error(e: strconv::NumError) -> String {
+    match e.kind {
+        strconv::NumErrorKind::Range => "value out of range".to_string(),
+        strconv::NumErrorKind::Syntax => "parse error".to_string(),
     }
 }
 
@@ -627,116 +609,6 @@ pub fn split_host_port(hp: &str) -> Option<(&str, &str)> {
     Some((h, p))
 }
 
-/// Go's `strconv.ParseUint(s, 0, bits)`: decimal, `0x`, `0o`, `0b`, or a
-/// leading `0` for octal; `_` between digits with a prefix.
-pub fn parse_uint(s: &str, bits: u32) -> Option<u64> {
-    let (digits, radix) = if let Some(r) = s.strip_prefix("0x").or(s.strip_prefix("0X")) {
-        (r, 16)
-    } else if let Some(r) = s.strip_prefix("0b").or(s.strip_prefix("0B")) {
-        (r, 2)
-    } else if let Some(r) = s.strip_prefix("0o").or(s.strip_prefix("0O")) {
-        (r, 8)
-    } else if s.len() > 1 && s.starts_with('0') {
-        (&s[1..], 8)
-    } else {
-        (s, 10)
-    };
-    let cleaned: String = if radix != 10 {
-        digits.chars().filter(|c| *c != '_').collect()
-    } else {
-        digits.to_string()
-    };
-    if cleaned.is_empty() || cleaned.starts_with('+') {
-        return None;
-    }
-    let v = u64::from_str_radix(&cleaned, radix).ok()?;
-    if bits < 64 && v >> bits != 0 {
-        return None;
-    }
-    Some(v)
-}
-
-/// Go's `strconv.ParseInt(s, 0, bits)`.
-pub fn parse_int(s: &str, bits: u32) -> Option<i64> {
-    let (neg, body) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let v = parse_uint(body, 64)?;
-    let limit = 1u64 << (bits - 1);
-    if neg {
-        if v > limit {
-            return None;
-        }
-        Some((-(v as i128)) as i64)
-    } else {
-        if v >= limit {
-            return None;
-        }
-        Some(v as i64)
-    }
-}
-
-/// Go's `time.ParseDuration`, in nanoseconds: `[-+]?(\d*(\.\d*)?unit)+`
-/// or `0`; units ns, us, µs, μs, ms, s, m, h.
-pub fn parse_go_duration(s: &str) -> Option<i64> {
-    go_duration(s).ok()
-}
-
-/// [`parse_go_duration`] with Go's error text when `s` is refused
-/// (`time: invalid duration "x"`, `time: missing unit in duration "1"`,
-/// `time: unknown unit "d" in duration "1d"`).
-pub fn go_duration(s: &str) -> Result<i64, String> {
-    let invalid = || format!("time: invalid duration {s:?}");
-    let (neg, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    if rest == "0" {
-        return Ok(0);
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let n = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let num = &rest[..n];
-        if num.is_empty() || num == "." {
-            return Err(invalid());
-        }
-        rest = &rest[n..];
-        let u = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        if u == 0 {
-            return Err(format!("time: missing unit in duration {s:?}"));
-        }
-        let unit = &rest[..u];
-        rest = &rest[u..];
-        let scale = match unit {
-            "ns" => 1.0,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(format!("time: unknown unit {unit:?} in duration {s:?}")),
-        };
-        if num.matches('.').count() > 1 {
-            return Err(invalid());
-        }
-        let v: f64 = num.parse().map_err(|_| invalid())?;
-        total += v * scale;
-    }
-    if total > i64::MAX as f64 {
-        return Err(invalid());
-    }
-    Ok(if neg { -(total as i64) } else { total as i64 })
-}
-
 /// What the command line asked for.
 #[derive(Debug)]
 pub enum Parsed {
@@ -785,7 +657,7 @@ pub fn parse_args(args: &[String]) -> (Parsed, Vec<String>) {
         let value = if flag.kind.is_bool() {
             match inline {
                 Some(v) => {
-                    if flag.kind == Bool && parse_bool(&v).is_none() {
+                    if flag.kind == Bool && strconv::parse_bool(&v).is_err() {
                         return (
                             Parsed::Error(format!(
                                 "invalid boolean value {v:?} for -{name}: parse error"
@@ -946,29 +818,6 @@ mod tests {
             parse_args(&args(&["--force", "-v=3"])).0,
             Parsed::Run(_)
         ));
-    }
-
-    #[test]
-    fn test_go_durations() {
-        assert_eq!(parse_go_duration("1h30m"), Some(5_400_000_000_000));
-        assert_eq!(parse_go_duration("1.5s"), Some(1_500_000_000));
-        assert_eq!(parse_go_duration("90us"), Some(90_000));
-        assert_eq!(parse_go_duration("90µs"), Some(90_000));
-        assert_eq!(parse_go_duration("-5s"), Some(-5_000_000_000));
-        assert_eq!(parse_go_duration("0"), Some(0));
-        assert_eq!(parse_go_duration("5"), None);
-        assert_eq!(parse_go_duration("1d"), None);
-        assert_eq!(parse_go_duration(""), None);
-    }
-
-    #[test]
-    fn test_go_numbers() {
-        assert_eq!(parse_uint("010", 64), Some(8));
-        assert_eq!(parse_uint("0b101", 64), Some(5));
-        assert_eq!(parse_uint("-1", 64), None);
-        assert_eq!(parse_uint("4294967296", 32), None);
-        assert_eq!(parse_int("-0x10", 64), Some(-16));
-        assert_eq!(parse_int("9223372036854775808", 64), None);
     }
 
     #[test]

@@ -64,11 +64,8 @@ pub fn parse(s: &str) -> Result<BTreeMap<&'static str, bool>, String> {
             Some((k, v)) => (k.trim(), v.trim()),
             None => return Err(format!("missing bool value for {}", item.trim())),
         };
-        let b = super::parse_bool(v).ok_or_else(|| {
-            format!(
-                "invalid value of {k}={v}, err: strconv.ParseBool: parsing {v:?}: invalid syntax"
-            )
-        })?;
+        let b = retcd_gostd::strconv::parse_bool(v)
+            .map_err(|e| format!("invalid value of {k}={v}, err: {e}"))?;
         match k {
             "AllAlpha" => all.push((Stage::Alpha, b)),
             "AllBeta" => all.push((Stage::Beta, b)),

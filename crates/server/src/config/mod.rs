@@ -755,15 +755,6 @@ fn resolve_gates(values: &Values) -> Result<BTreeMap<&'static str, bool>, String
     Ok(out)
 }
 
-/// Go's `strconv.ParseBool`.
-pub fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 /// `--emulated-etcd-version`: a 3.x.y release number.
 fn check_version(s: &str) -> Result<(), String> {
     let parts: Vec<&str> = s.split('.').collect();
@@ -868,7 +859,7 @@ fn io_text(e: &std::io::Error) -> String {
 /// Go's `time.ParseDuration` ("1h30m", "100ms", "0"); negative values
 /// count as zero.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    flags::go_duration(s.trim()).map(|ns| Duration::from_nanos(ns.max(0) as u64))
+    retcd_gostd::time::parse_duration(s.trim()).map(|ns| Duration::from_nanos(ns.max(0) as u64))
 }
 
 /// A member named in `--initial-cluster`.
@@ -936,8 +927,8 @@ impl Config {
         }
         if !members.iter().any(|m| m.name == self.name) {
             return Err(format!(
-                "couldn't find local name {:?} in the initial cluster configuration",
-                self.name
+                "couldn't find local name {} in the initial cluster configuration",
+                retcd_gostd::strconv::quote(&self.name)
             ));
         }
         Ok(members)
@@ -945,8 +936,9 @@ impl Config {
 
     /// The checks a run makes before it binds anything: etcd's
     /// `Validate` (see [`Config::load`]; repeated here for configurations
-    /// built another way), retcd's own flags, and the bootstrap checks
-    /// ([`Config::verify_bootstrap`]).
+    /// built another way) and retcd's own flags. The bootstrap checks
+    /// ([`Config::verify_bootstrap`]) come after the listeners are bound,
+    /// as in etcd.
     pub fn validate(&self) -> Result<(), String> {
         if self.heartbeat_interval == 0 {
             return Err(format!(
@@ -994,7 +986,7 @@ impl Config {
                 self.log_format
             ));
         }
-        self.verify_bootstrap()
+        Ok(())
     }
 
     /// etcd's checks of `--initial-cluster` when a member starts on an
@@ -1038,8 +1030,8 @@ impl Config {
         }
         let Some(urls) = map.get(&self.name) else {
             return Err(format!(
-                "couldn't find local name {:?} in the initial cluster configuration",
-                self.name
+                "couldn't find local name {} in the initial cluster configuration",
+                retcd_gostd::strconv::quote(&self.name)
             ));
         };
         if self.initial_cluster_state == "new" {
@@ -1048,7 +1040,7 @@ impl Config {
             let mut ap = split_urls(&self.initial_advertise_peer_urls);
             ap.sort();
             ap.dedup();
-            advertise_matches_cluster(&self.name, urls, &ap, &|u| format!("{u:?}"))?;
+            advertise_matches_cluster(&self.name, urls, &ap)?;
         }
         let mut all: Vec<&String> = map.values().flatten().collect();
         let n = all.len();
@@ -1077,15 +1069,15 @@ pub fn urls_map_string(m: &BTreeMap<String, Vec<String>>) -> String {
 /// etcd's `ServerConfig.advertiseMatchesCluster`, its texts included, for
 /// the member `name` whose `--initial-cluster` URLs are `cluster` (sorted)
 /// and whose `--initial-advertise-peer-urls` are `peers` (sorted, each
-/// once); `quote` is Go's `%q`. Nothing is resolved: etcd resolves no IP
+/// once). Nothing is resolved: etcd resolves no IP
 /// and not `localhost`. The server's start and retcdutl's restore both
 /// check it.
 pub fn advertise_matches_cluster(
     name: &str,
     cluster: &[String],
     peers: &[String],
-    quote: &dyn Fn(&str) -> String,
 ) -> Result<(), String> {
+    use retcd_gostd::strconv::quote;
     let list = |v: &[String]| {
         let q: Vec<String> = v.iter().map(|u| quote(u)).collect();
         format!("[{}]", q.join(" "))

@@ -38,12 +38,12 @@ pub enum AutoCompaction {
 /// an empty retention is "0". Ok(None) when disabled (retention 0).
 pub fn parse(mode: &str, retention: &str) -> Result<Option<AutoCompaction>, String> {
     let retention = if retention.is_empty() { "0" } else { retention };
-    let ret: i128 = match go_atoi(retention) {
-        Some(h) if h >= 0 => match mode {
+    let ret: i128 = match retcd_gostd::strconv::atoi(retention) {
+        Ok(h) if h >= 0 => match mode {
             "revision" => h as i128,
             _ => h as i128 * HOUR.as_nanos() as i128,
         },
-        _ => crate::config::flags::go_duration(retention)
+        _ => retcd_gostd::time::parse_duration(retention)
             .map_err(|e| format!("error parsing CompactionRetention: {e}"))? as i128,
     };
     if ret == 0 {
@@ -58,15 +58,6 @@ pub fn parse(mode: &str, retention: &str) -> Result<Option<AutoCompaction>, Stri
         }
         other => Err(format!("unsupported compaction mode {other}")),
     }
-}
-
-/// Go's `strconv.Atoi`: decimal, an optional sign.
-fn go_atoi(s: &str) -> Option<i64> {
-    let body = s.strip_prefix(['-', '+']).unwrap_or(s);
-    if body.is_empty() || !body.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 async fn compact(server: &EtcdServer, rev: i64) -> Result<(), ServerError> {

@@ -18,6 +18,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+pub use retcd_gostd::strconv::{quote as go_quote, quote_rune as go_quote_rune};
+
 /// A pflag value type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -634,41 +636,6 @@ pub fn usage_with(root: &Cmd, path: &[&str], help_flag: bool) -> String {
     }
     t.push('\n');
     t
-}
-
-/// Go's `strconv.Quote` (what `%q` prints for a string).
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            '\u{fffd}' => out.push_str("\\ufffd"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Go's `%q` of a rune (pflag's unknown shorthand).
-pub fn go_quote_rune(c: char) -> String {
-    match c {
-        '\'' => "'\\''".to_string(),
-        '\\' => "'\\\\'".to_string(),
-        c if (c as u32) < 0x20 || c == '\u{7f}' => format!("'\\x{:02x}'", c as u32),
-        c => format!("'{c}'"),
-    }
 }
 
 /// Go's `%#q` of a `[]string` (cobra's "Unknown help topic").

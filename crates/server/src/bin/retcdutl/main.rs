@@ -785,8 +785,7 @@ fn new_cluster(m: &NewMember) -> anyhow::Result<NewCluster> {
             go_quote(&m.name)
         );
     };
-    advertise_matches_cluster(&m.name, mine, &peers, &|u| go_quote(u))
-        .map_err(anyhow::Error::msg)?;
+    advertise_matches_cluster(&m.name, mine, &peers).map_err(anyhow::Error::msg)?;
     let mut seen = std::collections::HashSet::new();
     if cluster.values().flatten().any(|u| !seen.insert(u)) {
         anyhow::bail!(
@@ -1317,9 +1316,9 @@ mod tests {
         let c = vec!["http://localhost:2380".to_string()];
         let p = vec!["http://127.0.0.1:9".to_string()];
         assert_eq!(
-            advertise_matches_cluster("default", &c, &p, &|u| go_quote(u)).unwrap_err(),
+            advertise_matches_cluster("default", &c, &p).unwrap_err(),
             "--initial-cluster has default=http://localhost:2380 but missing from --initial-advertise-peer-urls=http://127.0.0.1:9 (\"http://127.0.0.1:9\"(resolved from \"http://127.0.0.1:9\") != \"http://localhost:2380\"(resolved from \"http://localhost:2380\"))"
         );
-        assert!(advertise_matches_cluster("default", &c, &c, &|u| go_quote(u)).is_ok());
+        assert!(advertise_matches_cluster("default", &c, &c).is_ok());
     }
 }

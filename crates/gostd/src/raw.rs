@@ -1,6 +1,6 @@
-//! Bytes that are not UTF-8, in arguments, stdin and keys. etcdctl (Go)
-//! passes any bytes through; retcdctl's parsing and printing work on
-//! `String`s, so text here *carries* such bytes: each byte that is not
+//! Go strings are bytes: etcdctl passes any bytes through, in arguments,
+//! stdin and keys. retcdctl's parsing and printing work on `String`s, so
+//! text here *carries* such bytes: each byte that is not
 //! part of valid UTF-8 (always 0x80..=0xFF) is the private-use character
 //! U+10FF00 + byte. [`text`] makes such text of bytes, [`bytes`] gives the
 //! bytes back; the edges use them: the command line and stdin come in
