@@ -37,20 +37,27 @@ impl Jwt {
     /// and `ttl=` (default 5m).
     pub fn from_opts(opts: &HashMap<&str, &str>) -> Result<Jwt, String> {
         use jsonwebtoken::{Algorithm as A, DecodingKey, EncodingKey};
-        let alg: A = opts
-            .get("sign-method")
-            .and_then(|m| m.parse().ok())
-            .ok_or("auth: invalid auth signature method")?;
-        let ttl = match opts.get("ttl") {
-            Some(t) => crate::config::parse_duration(t)?,
+        // etcd's jwtOptions.Parse: a bad ttl, a key file it cannot read
+        // or a sign method it does not know all fail as
+        // ErrInvalidAuthOpts (the detail is only logged).
+        let invalid = |why: String| format!("auth: invalid auth options ({why})");
+        let ttl = match opts.get("ttl").filter(|t| !t.is_empty()) {
+            Some(t) => crate::config::parse_duration(t).map_err(invalid)?,
             None => Duration::from_secs(300),
         };
         let read = |k: &str| -> Result<Option<Vec<u8>>, String> {
             opts.get(k)
-                .map(|path| std::fs::read(path).map_err(|e| format!("auth: {k} {path}: {e}")))
+                .filter(|path| !path.is_empty())
+                .map(|path| std::fs::read(path).map_err(|e| invalid(format!("{k} {path}: {e}"))))
                 .transpose()
         };
-        let (private, public) = (read("priv-key")?, read("pub-key")?);
+        let (public, private) = (read("pub-key")?, read("priv-key")?);
+        let method = opts.get("sign-method").copied().unwrap_or_default();
+        let alg: A = method.parse().map_err(|_| {
+            invalid(format!(
+                "auth: invalid auth signature method {method:?} in --auth-token"
+            ))
+        })?;
         let bad = |e: jsonwebtoken::errors::Error| format!("auth: invalid key data: {e}");
         let (sign, verify) = match alg {
             A::HS256 | A::HS384 | A::HS512 => {

@@ -290,6 +290,20 @@ mod tests {
                 "{bad} accepted"
             );
         }
+        // etcd refuses these as ErrInvalidAuthOpts (jwtOptions.Parse,
+        // decomposeOpts), before it looks at any key
+        for bad in [
+            "jwt",
+            "jwt,sign-method=",
+            "jwt,ttl=5,sign-method=HS256",
+            "jwt,a=b=c",
+            "jwt,ttl=1m,ttl=2m",
+            "jwt,pub-key=/nonexistent/key,sign-method=RS256",
+            " simple",
+        ] {
+            let e = TokenProvider::from_flag(bad, ttl).unwrap_err();
+            assert!(e.starts_with("auth: invalid auth options ("), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -19,14 +19,21 @@ impl TokenProvider {
     /// its options (see [`Jwt::from_opts`]). `simple_ttl` is
     /// `--auth-token-ttl`.
     pub fn from_flag(opt: &str, simple_ttl: Duration) -> Result<TokenProvider, String> {
+        // etcd's decomposeOpts: `type,k=v,...`, each option exactly one
+        // `=`, no option twice, nothing trimmed.
         let mut parts = opt.split(',');
-        let kind = parts.next().unwrap_or_default().trim();
+        let kind = parts.next().unwrap_or_default();
         let mut opts = HashMap::new();
         for p in parts {
-            let (k, v) = p
-                .split_once('=')
-                .ok_or_else(|| format!("auth: invalid auth options ({p:?} in --auth-token)"))?;
-            opts.insert(k.trim(), v.trim());
+            let bad =
+                |why: &str| format!("auth: invalid auth options ({why} {p:?} in --auth-token)");
+            let (k, v) = match p.split('=').collect::<Vec<_>>()[..] {
+                [k, v] => (k, v),
+                _ => return Err(bad("option")),
+            };
+            if opts.insert(k, v).is_some() {
+                return Err(bad("duplicate option"));
+            }
         }
         match kind {
             "simple" => Ok(TokenProvider::Simple(SimpleTokens::new(simple_ttl))),

@@ -54,14 +54,15 @@ impl EtcdServer {
             Duration::from_secs(cfg.auth_token_ttl),
         )
         .map_err(|e| {
-            // etcd logs why and fails with ErrInvalidAuthOpts alone.
+            // etcd logs why; options it cannot parse fail as
+            // ErrInvalidAuthOpts alone, keys with their own text.
             let e = e.to_string();
             tracing::warn!(detail = %e, "failed to create token provider");
             match e.split_once(" (") {
                 Some((head, _)) if head == "auth: invalid auth options" => {
                     anyhow::anyhow!("{head}")
                 }
-                _ => anyhow::anyhow!("failed to create the token provider: {e}"),
+                _ => anyhow::anyhow!("{e}"),
             }
         })?;
         std::fs::create_dir_all(cfg.snap_dir())
