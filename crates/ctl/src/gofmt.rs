@@ -1,18 +1,12 @@
 //! The Go standard library formats etcdctl's output goes through:
 //! `strconv.Quote` (`%q`), `strconv.Parse*` and their error texts,
 //! `time.ParseDuration` / `Duration.String`, `encoding/json` string
-//! escaping, `text/tabwriter` (usage pages), go-humanize's `Bytes` and
-//! `encoding/csv` (pflag's string slices).
+//! escaping, `text/tabwriter` (usage pages), go-humanize's `Bytes`.
 
 use retcd_gostd::strconv;
 
-pub use retcd_gostd::strconv::{quote, quote_bytes, quote_rune};
-pub use retcd_gostd::time::{format_duration, parse_duration};
-
-/// `strconv.ParseBool` (error: Go's text).
-pub fn parse_bool(s: &str) -> Result<bool, String> {
-    strconv::parse_bool(s).map_err(|e| e.to_string())
-}
+pub use retcd_gostd::strconv::{quote, quote_bytes};
+pub use retcd_gostd::time::format_duration;
 
 /// `strconv.ParseInt(s, base, bits)` (error: Go's text, the bytes `s`
 /// carries quoted).
@@ -64,51 +58,6 @@ pub fn humanize_bytes(s: u64) -> String {
     } else {
         format!("{val:.0} {suffix}")
     }
-}
-
-/// One record of `encoding/csv` (pflag's `stringSlice` value).
-pub fn read_csv_record(s: &str) -> Result<Vec<String>, String> {
-    if s.is_empty() {
-        return Ok(Vec::new());
-    }
-    if !s.contains('"') {
-        return Ok(s.split(',').map(|x| x.to_string()).collect());
-    }
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut chars = s.chars().peekable();
-    let mut in_quotes = false;
-    let mut field_start = true;
-    while let Some(c) = chars.next() {
-        if in_quotes {
-            if c == '"' {
-                if chars.peek() == Some(&'"') {
-                    cur.push('"');
-                    chars.next();
-                } else {
-                    in_quotes = false;
-                }
-            } else {
-                cur.push(c);
-            }
-        } else if c == '"' && field_start {
-            in_quotes = true;
-            field_start = false;
-        } else if c == ',' {
-            out.push(std::mem::take(&mut cur));
-            field_start = true;
-        } else {
-            cur.push(c);
-            field_start = false;
-        }
-    }
-    if in_quotes {
-        return Err(
-            "parse error on line 1, column 0: extraneous or missing \" in quoted-field".into(),
-        );
-    }
-    out.push(cur);
-    Ok(out)
 }
 
 /// `text/tabwriter` as etcd's usage pages use it: minwidth 0, tabwidth
@@ -193,36 +142,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quoting() {
-        assert_eq!(quote("a\"b\n"), "\"a\\\"b\\n\"");
-        assert_eq!(quote_bytes(b"\xff\x00"), "\"\\xff\\x00\"");
-        assert_eq!(quote("é"), "\"é\"");
+    fn json_strings() {
         let mut s = String::new();
         json_string(&mut s, b"<a&b>\x01\xff");
         assert_eq!(s, "\"\\u003ca\\u0026b\\u003e\\u0001\\ufffd\"");
     }
 
     #[test]
-    fn numbers_and_durations() {
-        assert_eq!(parse_int("0x10", 0, 64), Ok(16));
+    fn carried_bytes_in_number_errors() {
         assert_eq!(
-            parse_int("x", 10, 64),
-            Err("strconv.ParseInt: parsing \"x\": invalid syntax".into())
+            parse_int(&crate::raw::text(b"1\xff"), 10, 64),
+            Err("strconv.ParseInt: parsing \"1\\xff\": invalid syntax".into())
         );
-        assert_eq!(
-            parse_int("694d77aa9e38260f", 16, 64),
-            Ok(0x694d77aa9e38260f)
-        );
-        assert!(parse_int("ffffffffffffffff", 16, 64).is_err());
-        assert_eq!(parse_duration("1m30s"), Ok(90_000_000_000));
-        assert_eq!(parse_duration("1.5s"), Ok(1_500_000_000));
-        assert_eq!(
-            parse_duration("x"),
-            Err("time: invalid duration \"x\"".into())
-        );
-        assert_eq!(format_duration(1_500_000_000), "1.5s");
-        assert_eq!(format_duration(90_000_000_000), "1m30s");
-        assert_eq!(format_duration(1_234_567), "1.234567ms");
         assert_eq!(humanize_bytes(20480), "20 kB");
         assert_eq!(humanize_bytes(1_234_567), "1.2 MB");
     }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use retcd_gostd::raw;
 
 use client::{ConnConf, Exit, EXIT_BAD_ARGS, EXIT_BAD_FEATURE, EXIT_ERROR};
-use cobra::{ParseError, Parsed};
+use cobra::{Outcome, Parsed};
 use printer::{Format, Printer};
 
 /// The etcdctl version retcdctl answers to (`version`, usage pages).
@@ -216,27 +216,33 @@ fn real_main() -> i32 {
         .map(|a| raw::text(std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str())))
         .collect();
     let root = tree::root();
-    let p = match cobra::parse(&root, &args) {
-        Ok(p) => p,
-        Err(ParseError::Help { path }) => {
-            printer::out(&cobra::usage(&root, &path, VERSION, API_VERSION));
+    let usage = |path: &[&str]| cobra::usage(&root, path, VERSION, API_VERSION);
+    let p = match cobra::execute(&root, &args) {
+        // cobra's `help [command]`
+        Outcome::Run(p) if p.path == ["help"] => {
+            let (path, _, err) = cobra::find(&root, &p.args);
+            if err.is_some() {
+                eprintln!("Unknown help topic {}", cobra::go_backquote_list(&p.args));
+                printer::out(&cobra::usage_with(&root, &[], VERSION, API_VERSION, false));
+            } else {
+                printer::out(&usage(&path));
+            }
             return 0;
         }
-        Err(ParseError::UnknownHelpTopic { words }) => {
-            let q: Vec<String> = words.iter().map(|w| format!("`{w}`")).collect();
-            eprintln!("Unknown help topic [{}]", q.join(" "));
-            printer::out(&cobra::usage(&root, &[], VERSION, API_VERSION));
+        Outcome::Run(p) => p,
+        Outcome::Help(path) => {
+            printer::out(&usage(&path));
             return 0;
         }
-        Err(ParseError::UnknownCommand { msg }) => {
+        Outcome::FindError { msg, .. } => {
             eprintln!("Error: {msg}");
             eprintln!("Run 'etcdctl --help' for usage.");
             eprintln!("Error: {msg}");
             return EXIT_ERROR;
         }
-        Err(ParseError::Flag { path, msg }) => {
+        Outcome::FlagError { path, msg } => {
             eprintln!("Error: {msg}");
-            printer::out(&cobra::usage(&root, &path, VERSION, API_VERSION));
+            printer::out(&usage(&path));
             eprintln!();
             eprintln!("Error: {msg}");
             return EXIT_ERROR;

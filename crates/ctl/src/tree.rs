@@ -1,7 +1,7 @@
 //! etcdctl 3.5's command tree: every command, its flags, their defaults
 //! and help texts (etcdctl/ctlv3/ctl.go and command/*.go).
 
-use crate::cobra::{flag, hidden, short, Cmd, Kind::*};
+use crate::cobra::{flag, hidden, short, with_help_command, Cmd, Kind::*};
 
 const PUT_LONG: &str = "
 Puts the given key into the store.
@@ -248,5 +248,5 @@ pub fn root() -> Cmd {
         short("discovery-srv", 'd', Str, "", "domain name to query for SRV records describing cluster endpoints"),
         flag("discovery-srv-name", Str, "", "service name to query when using DNS discovery"),
     ];
-    root
+    with_help_command(root)
 }

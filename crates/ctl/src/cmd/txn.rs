@@ -4,7 +4,7 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
 use crate::client::{Exit, EXIT_BAD_ARGS, EXIT_ERROR, EXIT_INVALID_INPUT};
-use crate::cobra::{self, Cmd, ParseError};
+use crate::cobra::{self, Cmd, Outcome};
 use crate::printer::outln;
 use crate::raw;
 use crate::tree;
@@ -309,15 +309,15 @@ fn parse_op(line: &str) -> Result<TxnOp, Exit> {
     }
     let invalid = || Exit::new(EXIT_INVALID_INPUT, format!("invalid txn request: {line}"));
     let tree = ops_tree();
-    let p = match cobra::parse(&tree, &args) {
-        Ok(p) => p,
+    let p = match cobra::execute(&tree, &args) {
+        Outcome::Run(p) => p,
         // cobra prints the op's usage (its default template: the ops run
         // under a bare root) on a flag error
-        Err(ParseError::Flag { path, .. }) => {
-            eprint!("{}", cobra::default_usage(&tree, &path));
+        Outcome::FlagError { path, .. } => {
+            eprintln!("{}", retcd_cobra::usage(&tree, &path));
             return Err(invalid());
         }
-        Err(_) => return Err(invalid()),
+        _ => return Err(invalid()),
     };
     match p.path.first().copied() {
         Some("get") => {

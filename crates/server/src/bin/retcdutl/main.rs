@@ -28,7 +28,6 @@
 //! retcd's older format (`RETCDMVCC1` records, CRC-32C, padding, SHA-256)
 //! are still read.
 
-mod cobra;
 mod migrate;
 
 use std::fs::File;
@@ -39,7 +38,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use cobra::{flag, go_quote, required, Cmd, Flag, Kind, Outcome, Parsed};
+use retcd_cobra::{self as cobra, flag, go_quote, required, Cmd, Flag, Kind, Outcome, Parsed};
 use prost::Message as _;
 use protobuf::Message as _;
 use raft::eraftpb::ConfState;
@@ -165,7 +164,7 @@ fn tree() -> Cmd {
     .flags(vec![flag(
         "endpoints",
         Kind::Strings,
-        "127.0.0.1:2379",
+        "[127.0.0.1:2379]",
         "gRPC endpoints",
     )])
     .hidden();

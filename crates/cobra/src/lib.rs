@@ -1,31 +1,43 @@
-//! etcdutl's command line grammar, as cobra 1.1.3 and pflag 1.0.5 (the
-//! versions etcdutl 3.5.1 is built with) parse and print it.
+//! etcdctl's and etcdutl's command line grammar, as cobra 1.1.3 and
+//! pflag 1.0.5 (the versions etcd 3.5.1's tools are built with) parse and
+//! print it; `retcdctl` and `retcdutl` describe their commands as data
+//! ([`Cmd`], [`Flag`]) and run them through [`execute`].
 //!
 //! Scripts see cobra's behaviour, so it is reproduced rather than
 //! approximated with a general-purpose parser: subcommands found by
-//! unique prefix (`etcdutl snap stat`), flags anywhere on the line,
-//! booleans with an optional `=value`, `--` ending the flags, a command
-//! group run alone printing its usage (exit 0), cobra's error texts
-//! (`unknown command "x" for "etcdutl"`, `unknown flag: --x`, `flag needs
-//! an argument: --data-dir`, `required flag(s) "data-dir" not set`) and
-//! its default usage template rendered as `text/template` does.
+//! unique prefix (`etcdutl snap stat`, `etcdctl compact`), flags anywhere
+//! on the line, booleans with an optional `=value`, `--` ending the flags,
+//! a command group run alone printing its usage (exit 0), cobra's error
+//! texts (`unknown command "x" for "etcdutl"`, `unknown flag: --x`, `flag
+//! needs an argument: --data-dir`, `bad flag syntax: ---x`, `required
+//! flag(s) "data-dir" not set`, `invalid argument "x" for "--rev" flag:
+//! strconv.ParseInt: ...`) and its default usage template rendered as
+//! `text/template` does (etcdctl prints its own page: retcdctl's `cobra`
+//! module).
 //!
 //! Two quirks of cobra 1.1.3 matter: while it looks for the command
 //! (`Find`) the `--help` flag is not registered yet, so `--help` and `-h`
-//! take the next word as their value there (`etcdutl --help snapshot` is
-//! the root's help); and `legacyArgs` refuses an unknown word only under
+//! take the next word as their value there (`etcdctl --help get` is the
+//! root's help); and `legacyArgs` refuses an unknown word only under
 //! the root (`etcdutl snapshot bogus` prints the group's usage).
 
 use std::collections::{BTreeMap, HashSet};
 
+use retcd_gostd::strconv;
 pub use retcd_gostd::strconv::{quote as go_quote, quote_rune as go_quote_rune};
 
-/// A pflag value type.
+/// A pflag value type (what `Value.Type()` returns decides the usage
+/// line and how `Set` checks a value).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Bool,
     Str,
-    /// pflag's `StringSlice` (`--endpoints a,b`).
+    Int,
+    Uint,
+    Duration,
+    Float,
+    /// pflag's `StringSlice` (`--endpoints a,b`, one CSV record): its
+    /// value and default are written as pflag prints them, `[a,b]`.
     Strings,
 }
 
@@ -38,6 +50,8 @@ pub struct Flag {
     pub usage: String,
     /// cobra's `MarkFlagRequired`.
     pub required: bool,
+    /// pflag's `MarkHidden`: accepted, but not listed in usage pages.
+    pub hidden: bool,
 }
 
 pub fn flag(name: &'static str, kind: Kind, default: &'static str, usage: &str) -> Flag {
@@ -48,7 +62,20 @@ pub fn flag(name: &'static str, kind: Kind, default: &'static str, usage: &str) 
         default,
         usage: usage.to_string(),
         required: false,
+        hidden: false,
     }
+}
+
+/// A flag with a one-letter form (`-w`).
+pub fn short(name: &'static str, s: char, kind: Kind, default: &'static str, usage: &str) -> Flag {
+    Flag {
+        short: Some(s),
+        ..flag(name, kind, default, usage)
+    }
+}
+
+pub fn hidden(f: Flag) -> Flag {
+    Flag { hidden: true, ..f }
 }
 
 pub fn required(f: Flag) -> Flag {
@@ -106,6 +133,11 @@ impl Cmd {
         self
     }
 
+    pub fn persistent(mut self, f: Vec<Flag>) -> Cmd {
+        self.persistent = f;
+        self
+    }
+
     pub fn hidden(mut self) -> Cmd {
         self.hidden = true;
         self.exact = true;
@@ -120,7 +152,7 @@ impl Cmd {
     }
 
     /// cobra's `IsAvailableCommand` (the help command is not).
-    fn available(&self) -> bool {
+    pub fn available(&self) -> bool {
         !self.hidden && self.name != "help" && (self.runnable || self.has_available_subs())
     }
 
@@ -153,6 +185,12 @@ pub struct Parsed {
     pub args: Vec<String>,
     values: BTreeMap<&'static str, String>,
     changed: HashSet<&'static str>,
+    /// Every flag the command takes (its own first, then inherited).
+    pub all_flags: Vec<Flag>,
+    /// The flags it inherits (its ancestors' persistent flags).
+    pub inherited: Vec<Flag>,
+    /// How many arguments came before `--` (cobra's `ArgsLenAtDash`).
+    pub dash_at: Option<usize>,
 }
 
 impl Parsed {
@@ -164,8 +202,30 @@ impl Parsed {
         self.get(name) == "true"
     }
 
+    pub fn i64(&self, name: &str) -> i64 {
+        self.get(name).parse().unwrap_or(0)
+    }
+
+    pub fn u64(&self, name: &str) -> u64 {
+        self.get(name).parse().unwrap_or(0)
+    }
+
+    pub fn f64(&self, name: &str) -> f64 {
+        self.get(name).parse().unwrap_or(0.0)
+    }
+
+    /// A duration flag (a negative one counts as zero).
+    pub fn dur(&self, name: &str) -> std::time::Duration {
+        retcd_gostd::time::parse_duration(self.get(name))
+            .map(|d| std::time::Duration::from_nanos(d.max(0) as u64))
+            .unwrap_or_default()
+    }
+
+    /// A string slice flag's items.
     pub fn strings(&self, name: &str) -> Vec<String> {
         let v = self.get(name);
+        let v = v.strip_prefix('[').unwrap_or(v);
+        let v = v.strip_suffix(']').unwrap_or(v);
         if v.is_empty() {
             return Vec::new();
         }
@@ -175,6 +235,97 @@ impl Parsed {
     pub fn is_changed(&self, name: &str) -> bool {
         self.changed.contains(name)
     }
+
+    /// Sets a flag as pflag's `Set` does (the command line, and
+    /// `ETCDCTL_*` variables); the error is `Set`'s own (without the
+    /// `invalid argument` wrapping).
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let f = self
+            .all_flags
+            .iter()
+            .find(|f| f.name == name)
+            .cloned()
+            .ok_or_else(|| format!("no such flag -{name}"))?;
+        let v = normalize_value(&f, value)?;
+        if f.kind == Kind::Strings && self.changed.contains(f.name) {
+            let old = self.get(f.name);
+            let old = old.trim_start_matches('[').trim_end_matches(']');
+            let new = v.trim_start_matches('[').trim_end_matches(']');
+            self.values.insert(f.name, format!("[{old},{new}]"));
+        } else {
+            self.values.insert(f.name, v);
+        }
+        self.changed.insert(f.name);
+        Ok(())
+    }
+}
+
+/// Checks and normalises a flag value as the pflag value's `Set` does.
+fn normalize_value(f: &Flag, v: &str) -> Result<String, String> {
+    let num = |e: strconv::NumError| e.to_string();
+    match f.kind {
+        Kind::Bool => strconv::parse_bool(v).map(|b| b.to_string()).map_err(num),
+        Kind::Str => Ok(v.to_string()),
+        Kind::Int => strconv::parse_int(v, 0, 64)
+            .map(|n| n.to_string())
+            .map_err(num),
+        Kind::Uint => strconv::parse_uint(v, 0, 64)
+            .map(|n| n.to_string())
+            .map_err(num),
+        Kind::Float => v.parse::<f64>().map(|n| n.to_string()).map_err(|_| {
+            format!(
+                "strconv.ParseFloat: parsing {}: invalid syntax",
+                go_quote(v)
+            )
+        }),
+        Kind::Duration => retcd_gostd::time::parse_duration(v).map(|_| v.to_string()),
+        Kind::Strings => read_csv_record(v).map(|parts| format!("[{}]", parts.join(","))),
+    }
+}
+
+/// One record of `encoding/csv` (how pflag reads a string slice value).
+pub fn read_csv_record(s: &str) -> Result<Vec<String>, String> {
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !s.contains('"') {
+        return Ok(s.split(',').map(str::to_string).collect());
+    }
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = s.chars().peekable();
+    let mut in_quotes = false;
+    let mut field_start = true;
+    while let Some(c) = chars.next() {
+        if in_quotes {
+            if c == '"' {
+                if chars.peek() == Some(&'"') {
+                    cur.push('"');
+                    chars.next();
+                } else {
+                    in_quotes = false;
+                }
+            } else {
+                cur.push(c);
+            }
+        } else if c == '"' && field_start {
+            in_quotes = true;
+            field_start = false;
+        } else if c == ',' {
+            out.push(std::mem::take(&mut cur));
+            field_start = true;
+        } else {
+            cur.push(c);
+            field_start = false;
+        }
+    }
+    if in_quotes {
+        return Err(
+            "parse error on line 1, column 0: extraneous or missing \" in quoted-field".into(),
+        );
+    }
+    out.push(cur);
+    Ok(out)
 }
 
 /// What cobra does with a command line, short of running the command.
@@ -205,7 +356,7 @@ pub fn lookup<'a>(root: &'a Cmd, path: &[&str]) -> &'a Cmd {
 
 /// The persistent flags of the command's ancestors (cobra's
 /// `parentsPflags`).
-fn inherited(root: &Cmd, path: &[&str]) -> Vec<Flag> {
+pub fn inherited(root: &Cmd, path: &[&str]) -> Vec<Flag> {
     let mut out: Vec<Flag> = Vec::new();
     let mut c = root;
     for p in path {
@@ -217,7 +368,7 @@ fn inherited(root: &Cmd, path: &[&str]) -> Vec<Flag> {
 
 /// The command's own flags (local and persistent), with `-h, --help` when
 /// it is registered.
-fn local(root: &Cmd, path: &[&str], help: bool) -> Vec<Flag> {
+pub fn local(root: &Cmd, path: &[&str], help: bool) -> Vec<Flag> {
     let c = lookup(root, path);
     let mut out = c.flags.clone();
     out.extend(c.persistent.iter().cloned());
@@ -230,7 +381,7 @@ fn local(root: &Cmd, path: &[&str], help: bool) -> Vec<Flag> {
     out
 }
 
-fn all_flags(root: &Cmd, path: &[&str], help: bool) -> Vec<Flag> {
+pub fn all_flags(root: &Cmd, path: &[&str], help: bool) -> Vec<Flag> {
     let mut f = local(root, path, help);
     let names: HashSet<&str> = f.iter().map(|x| x.name).collect();
     f.extend(
@@ -383,6 +534,7 @@ pub fn execute(root: &Cmd, args: &[String]) -> Outcome {
         return Outcome::FindError { path, msg };
     }
     let flags = all_flags(root, &path, true);
+    let names: HashSet<&str> = local(root, &path, true).iter().map(|f| f.name).collect();
     let mut p = Parsed {
         path: path.clone(),
         args: Vec::new(),
@@ -391,6 +543,12 @@ pub fn execute(root: &Cmd, args: &[String]) -> Outcome {
             .map(|f| (f.name, f.default.to_string()))
             .collect(),
         changed: HashSet::new(),
+        all_flags: flags.clone(),
+        inherited: inherited(root, &path)
+            .into_iter()
+            .filter(|f| !names.contains(f.name))
+            .collect(),
+        dash_at: None,
     };
     if let Err(msg) = parse_flags(&mut p, &flags, &rest) {
         return Outcome::FlagError { path, msg };
@@ -427,6 +585,7 @@ fn parse_flags(p: &mut Parsed, flags: &[Flag], args: &[String]) -> Result<(), St
             continue;
         }
         if s == "--" {
+            p.dash_at = Some(p.args.len());
             p.args.extend(args[i..].iter().cloned());
             break;
         }
@@ -497,36 +656,25 @@ fn parse_flags(p: &mut Parsed, flags: &[Flag], args: &[String]) -> Result<(), St
 
 /// pflag's `Set` with its error text.
 fn set(p: &mut Parsed, f: &Flag, val: &str) -> Result<(), String> {
-    let v = match f.kind {
-        Kind::Bool => match val {
-            "1" | "t" | "T" | "TRUE" | "true" | "True" => "true".to_string(),
-            "0" | "f" | "F" | "FALSE" | "false" | "False" => "false".to_string(),
-            _ => {
-                let name = match f.short {
-                    Some(s) => format!("-{s}, --{}", f.name),
-                    None => format!("--{}", f.name),
-                };
-                return Err(format!(
-                    "invalid argument {} for {} flag: strconv.ParseBool: parsing {}: invalid syntax",
-                    go_quote(val),
-                    go_quote(&name),
-                    go_quote(val)
-                ));
-            }
-        },
-        Kind::Str => val.to_string(),
-        Kind::Strings if p.is_changed(f.name) => format!("{},{val}", p.get(f.name)),
-        Kind::Strings => val.to_string(),
-    };
-    p.values.insert(f.name, v);
-    p.changed.insert(f.name);
-    Ok(())
+    p.set(f.name, val).map_err(|e| {
+        let name = match f.short {
+            Some(s) => format!("-{s}, --{}", f.name),
+            None => format!("--{}", f.name),
+        };
+        format!(
+            "invalid argument {} for {} flag: {e}",
+            go_quote(val),
+            go_quote(&name)
+        )
+    })
 }
 
-/// pflag's `FlagUsages`, sorted by name, trailing whitespace trimmed (as
-/// the template's `trimTrailingWhitespaces`).
-fn flag_usages(flags: &[Flag]) -> String {
-    let mut fs: Vec<&Flag> = flags.iter().collect();
+/// pflag's `FlagUsages` (hidden flags left out), sorted by name, the
+/// usage text aligned one column past the longest `--name type`, a
+/// default that is not the type's zero value after it; trailing
+/// whitespace trimmed (as the usage template's `trimTrailingWhitespaces`).
+pub fn flag_usages(flags: &[Flag]) -> String {
+    let mut fs: Vec<&Flag> = flags.iter().filter(|f| !f.hidden).collect();
     fs.sort_by_key(|f| f.name);
     fs.dedup_by_key(|f| f.name);
     let lines: Vec<(String, String)> = fs
@@ -536,22 +684,30 @@ fn flag_usages(flags: &[Flag]) -> String {
                 Some(s) => format!("  -{s}, --{}", f.name),
                 None => format!("      --{}", f.name),
             };
-            match f.kind {
-                Kind::Bool => {}
-                Kind::Str => line.push_str(" string"),
-                Kind::Strings => line.push_str(" strings"),
+            let type_name = match f.kind {
+                Kind::Bool => "",
+                Kind::Str => "string",
+                Kind::Int => "int",
+                Kind::Uint => "uint",
+                Kind::Duration => "duration",
+                Kind::Float => "float",
+                Kind::Strings => "strings",
+            };
+            if !type_name.is_empty() {
+                line += &format!(" {type_name}");
             }
-            let mut usage = f.usage.clone();
             let zero = match f.kind {
                 Kind::Bool => f.default == "false",
                 Kind::Str => f.default.is_empty(),
-                Kind::Strings => f.default.is_empty(),
+                Kind::Duration => f.default == "0" || f.default == "0s",
+                Kind::Strings => f.default == "[]",
+                _ => f.default == "0",
             };
+            let mut usage = f.usage.clone();
             if !zero {
                 usage += &match f.kind {
                     Kind::Str => format!(" (default {})", go_quote(f.default)),
-                    Kind::Strings => format!(" (default [{}])", f.default),
-                    Kind::Bool => format!(" (default {})", f.default),
+                    _ => format!(" (default {})", f.default),
                 };
             }
             (line, usage)
@@ -565,7 +721,8 @@ fn flag_usages(flags: &[Flag]) -> String {
     s.trim_end().to_string()
 }
 
-fn command_path(root: &Cmd, path: &[&str]) -> String {
+/// cobra's `CommandPath`: the root's name and the path.
+pub fn command_path(root: &Cmd, path: &[&str]) -> String {
     let mut s = root.name.to_string();
     for p in path {
         s.push(' ');
@@ -719,6 +876,111 @@ mod tests {
             Outcome::FlagError { msg, .. } => assert_eq!(msg, "unknown shorthand flag: 'x' in -x"),
             o => panic!("{o:?}"),
         }
+    }
+
+    /// etcdctl's shape: typed flags, a persistent `-w`, prefixes.
+    fn ctl() -> Cmd {
+        with_help_command(
+            Cmd::group(
+                "etcdctl",
+                "A simple command line client for etcd3.",
+                vec![
+                    Cmd::new("get [options] <key> [range_end]", "Gets keys").flags(vec![
+                        flag("prefix", Kind::Bool, "false", "p"),
+                        flag("rev", Kind::Int, "0", "r"),
+                        hidden(flag("secret", Kind::Uint, "0", "s")),
+                    ]),
+                    Cmd::new("compaction [options] <revision>", "Compacts"),
+                    Cmd::group(
+                        "lease <subcommand>",
+                        "Lease",
+                        vec![Cmd::new("grant <ttl>", "Creates leases")],
+                    ),
+                ],
+            )
+            .persistent(vec![
+                short("write-out", 'w', Kind::Str, "simple", "fmt"),
+                flag("endpoints", Kind::Strings, "[127.0.0.1:2379]", "eps"),
+                flag("dial-timeout", Kind::Duration, "2s", "dial"),
+            ]),
+        )
+    }
+
+    fn run(args: &[&str]) -> Parsed {
+        match execute(&ctl(), &a(args)) {
+            Outcome::Run(p) => p,
+            o => panic!("{args:?}: {o:?}"),
+        }
+    }
+
+    fn flag_error(args: &[&str]) -> String {
+        match execute(&ctl(), &a(args)) {
+            Outcome::FlagError { msg, .. } => msg,
+            o => panic!("{args:?}: {o:?}"),
+        }
+    }
+
+    #[test]
+    fn etcdctl_lines() {
+        let p = run(&["-w", "json", "compact", "4"]);
+        assert_eq!(
+            (p.path.as_slice(), p.args.as_slice()),
+            (&["compaction"][..], &["4".to_string()][..])
+        );
+        assert_eq!(p.get("write-out"), "json");
+        let p = run(&[
+            "get",
+            "k",
+            "--prefix",
+            "--rev=0x10",
+            "-wjson",
+            "--endpoints",
+            "a,b",
+            "--endpoints=c",
+        ]);
+        assert!(p.bool("prefix") && p.is_changed("rev"));
+        assert_eq!(p.i64("rev"), 16);
+        assert_eq!(p.strings("endpoints"), ["a", "b", "c"]);
+        assert_eq!(run(&["get", "k"]).strings("endpoints"), ["127.0.0.1:2379"]);
+        assert_eq!(
+            run(&["get", "k", "--dial-timeout=1m"])
+                .dur("dial-timeout")
+                .as_secs(),
+            60
+        );
+        let p = run(&["get", "k", "--", "-x", "y"]);
+        assert_eq!((p.args.len(), p.dash_at), (3, Some(1)));
+        assert_eq!(p.inherited.len(), 3);
+        assert_eq!(
+            flag_error(&["get", "k", "--rev", "x"]),
+            "invalid argument \"x\" for \"--rev\" flag: strconv.ParseInt: parsing \"x\": invalid syntax"
+        );
+        assert_eq!(
+            flag_error(&["get", "k", "-w"]),
+            "flag needs an argument: 'w' in -w"
+        );
+        assert_eq!(flag_error(&["get", "---x"]), "bad flag syntax: ---x");
+        assert_eq!(
+            flag_error(&["get", "--dial-timeout=5"]),
+            "invalid argument \"5\" for \"--dial-timeout\" flag: time: missing unit in duration \"5\""
+        );
+        // `-w=` gives `-w` the value "="
+        assert_eq!(run(&["get", "k", "-w="]).get("write-out"), "=");
+        // --help is not a flag yet while the command is looked up: it
+        // takes `get` as its value, and the root's help is shown
+        assert!(
+            matches!(execute(&ctl(), &a(&["--help", "get"])), Outcome::Help(p) if p.is_empty())
+        );
+        assert!(
+            matches!(execute(&ctl(), &a(&["get", "--help"])), Outcome::Help(p) if p == ["get"])
+        );
+        assert!(matches!(execute(&ctl(), &a(&["lease"])), Outcome::Help(p) if p == ["lease"]));
+        let p = run(&["help", "lease", "bogus"]);
+        assert_eq!(p.path, ["help"]);
+        assert_eq!(find(&ctl(), &p.args).0, ["lease"]);
+        // hidden flags work and are not listed
+        assert_eq!(run(&["get", "k", "--secret=7"]).u64("secret"), 7);
+        assert!(!usage(&ctl(), &["get"]).contains("secret"));
     }
 
     #[test]
