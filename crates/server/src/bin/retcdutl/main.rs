@@ -38,7 +38,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use retcd_cobra::{self as cobra, flag, go_quote, required, Cmd, Flag, Kind, Outcome, Parsed};
 use prost::Message as _;
 use protobuf::Message as _;
 use raft::eraftpb::ConfState;
@@ -46,6 +45,7 @@ use redb::ReadableTableMetadata;
 use retcd_api::etcdserverpb::maintenance_client::MaintenanceClient;
 use retcd_api::etcdserverpb::SnapshotRequest;
 use retcd_api::retcdpb::WalMetadata;
+use retcd_cobra::{self as cobra, flag, go_quote, required, Cmd, Flag, Kind, Outcome, Parsed};
 use retcd_etcdfmt::human_bytes;
 use retcd_etcdfmt::BoltReader;
 use retcd_mvcc::kvstore::{parse_dump, CONSISTENT_INDEX_KEY, DUMP_MAGIC, TERM_KEY};
