@@ -86,7 +86,7 @@
 //! unless `RETCD_CLUSTER_DIFF_AVOID` is set ([`RETCD_ON_PURPOSE`]):
 //! `alarm-overlap` (retcd stacks both alarms as etcd 3.6's
 //! `restoreAlarms` does), `update-urls` (retcd refuses URLs etcd would
-//! store and then panic on, and checks them before the member ID),
+//! store and then panic on),
 //! `hash-revision` (filled, as 3.6), `hashkv-values` (retcd leaves rows a
 //! compaction no longer needs out of the hash even when nothing is kept,
 //! so the value does not depend on how far the deletion got: etcd hashes

@@ -95,8 +95,8 @@ async fn test_quota_counts_bytes_stored_not_file_length() {
 }
 
 /// Quota: above `--quota-backend-bytes` Put, Txn with a put and LeaseGrant
-/// fail with NOSPACE, the alarm is raised on every member; reads and
-/// deletes work; compact + defrag + `alarm disarm` recover.
+/// fail with NOSPACE, the alarm is raised on every member; reads, deletes
+/// and txns that only delete work; compact + defrag + `alarm disarm` recover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn test_quota_nospace_alarm_and_recovery() {
     bounded(LIMIT, async {
@@ -162,6 +162,13 @@ async fn test_quota_nospace_alarm_and_recovery() {
                     .when(vec![Compare::value("small", CompareOp::Equal, "v")])
                     .and_then(vec![TxnOp::get("small", None)]),
             )
+            .await
+            .unwrap();
+        assert!(r.succeeded());
+        // a txn that only deletes costs nothing: it goes through too (an
+        // election's Resign is one)
+        let r = cl
+            .txn(Txn::new().and_then(vec![TxnOp::delete("no-such-key", None)]))
             .await
             .unwrap();
         assert!(r.succeeded());

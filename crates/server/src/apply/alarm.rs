@@ -150,9 +150,12 @@ pub(super) fn refusal(alarms: &AlarmStore, req: &Request) -> Option<ServerError>
     if changes_state && alarms.has(AlarmType::Corrupt) {
         return Some(ServerError::Corrupt);
     }
+    // etcd's applierV3Capped: a Txn is refused only when its puts cost
+    // something (`costTxn`), so a Txn that only deletes (an election's
+    // Resign) goes through, as a DeleteRange does.
     let costs_space = match req {
         Request::Put(_) | Request::LeaseGrant(_) => true,
-        Request::Txn(t) => !retcd_mvcc::is_txn_read_only(t),
+        Request::Txn(t) => super::quota::cost_txn(t) > 0,
         _ => false,
     };
     if costs_space && alarms.has(AlarmType::Nospace) {

@@ -155,8 +155,16 @@ impl EtcdServer {
         peer_urls: Vec<String>,
         creds: &Credentials,
     ) -> Result<Vec<Member>, ServerError> {
-        validate_peer_urls(&peer_urls)?;
+        // As etcd: who may first, then an unknown member is not found
+        // (etcd finds it when the change applies; retcd asks before it
+        // proposes, and the apply checks again). Only then the URLs, which
+        // etcd does not check at all (retcd refuses what etcd would store
+        // and then fail to dial).
         self.require_root(self.who(creds)?.as_ref())?;
+        if !self.members().iter().any(|m| m.id == id) {
+            return Err(ServerError::MemberNotFound);
+        }
+        validate_peer_urls(&peer_urls)?;
         let ctx = ConfChangeContext {
             member: Some(Member {
                 id,

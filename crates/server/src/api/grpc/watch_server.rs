@@ -69,25 +69,39 @@ where
             let status = crate::api::error_map::unimplemented(req.uri().path());
             return Box::pin(async move { Ok(status.into_http::<tonic::body::Body>()) });
         }
-        let response = serve(
+        let served = serve(
             &self.inner,
             req,
             self.max_decoding_message_size,
             self.max_encoding_message_size,
         );
-        Box::pin(async move { Ok(response) })
+        Box::pin(async move {
+            let (head, mut body) = match served {
+                Err(refused) => return Ok(*refused),
+                Ok(ok) => ok,
+            };
+            // As grpc-go: the response headers go out with the first
+            // message, not before (a stream that gets none, e.g. one that
+            // only cancels an unknown watch, sends no headers; a client
+            // waiting for them waits as it would on etcd). A client that
+            // resets the stream meanwhile drops this future (hyper polls
+            // for the reset) and the stream's watchers with it.
+            std::future::poll_fn(|cx| body.first_reply(cx)).await;
+            Ok(head.map(|()| tonic::body::Body::new(body)))
+        })
     }
 }
 
 /// One Watch call: the request stream decoded as tonic's `Grpc::streaming`
 /// decodes it (compressed requests never get here: the client port refuses
-/// them), the replies sent by a [`WatchBody`].
+/// them), the replies to be sent by a [`WatchBody`] under the response
+/// head; or the refusal.
 fn serve<B>(
     svc: &WatchService,
     req: http::Request<B>,
     max_decoding: usize,
     max_encoding: usize,
-) -> http::Response<tonic::body::Body>
+) -> Result<(http::Response<()>, WatchBody), Box<http::Response<tonic::body::Body>>>
 where
     B: Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
@@ -101,7 +115,7 @@ where
         )
     });
     match svc.watch(Request::from_http(req)) {
-        Err(status) => status.into_http(),
+        Err(status) => Err(Box::new(status.into_http())),
         Ok(resp) => {
             let (metadata, stream, extensions) = resp.into_parts();
             let body = WatchBody {
@@ -112,12 +126,12 @@ where
                 end: None,
                 done: false,
             };
-            let mut res = http::Response::new(tonic::body::Body::new(body));
+            let mut res = http::Response::new(());
             *res.version_mut() = http::Version::HTTP_2;
             *res.headers_mut() = metadata.into_headers();
             *res.extensions_mut() = extensions;
             set_grpc_content_type(&mut res);
-            res
+            Ok((res, body))
         }
     }
 }
@@ -151,6 +165,17 @@ struct WatchBody {
     end: Option<Status>,
     /// Trailers sent.
     done: bool,
+}
+
+impl WatchBody {
+    /// Ready once the stream has its first reply (kept to be sent first)
+    /// or has ended.
+    fn first_reply(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.next.is_some() {
+            return Poll::Ready(());
+        }
+        self.stream.poll_reply(cx).map(|r| self.next = r)
+    }
 }
 
 impl http_body::Body for WatchBody {
