@@ -155,16 +155,15 @@ impl EtcdServer {
         peer_urls: Vec<String>,
         creds: &Credentials,
     ) -> Result<Vec<Member>, ServerError> {
-        // As etcd: who may first, then an unknown member is not found
-        // (etcd finds it when the change applies; retcd asks before it
-        // proposes, and the apply checks again). Only then the URLs, which
-        // etcd does not check at all (retcd refuses what etcd would store
-        // and then fail to dial).
+        // As etcd: who may first. A change for an unknown member is
+        // proposed as etcd proposes it (its apply answers NotFound, and
+        // the raft log grows as etcd's). The URLs of a member that exists
+        // are checked before proposing, which etcd does not do at all:
+        // retcd refuses what etcd would store and then fail to dial.
         self.require_root(self.who(creds)?.as_ref())?;
-        if !self.members().iter().any(|m| m.id == id) {
-            return Err(ServerError::MemberNotFound);
+        if self.members().iter().any(|m| m.id == id) {
+            validate_peer_urls(&peer_urls)?;
         }
-        validate_peer_urls(&peer_urls)?;
         let ctx = ConfChangeContext {
             member: Some(Member {
                 id,
