@@ -543,6 +543,52 @@ fn kvs<'a>(leases: &[i64], kvs: impl IntoIterator<Item = &'a KeyValue>) -> Strin
     }
 }
 
+/// A Range's kvs as compared ([`kvs`]). Listed by key (the target KEY),
+/// in the server's order. Sorted by another target, kvs equal in it (ties)
+/// may come in any order: Go's `sort.Sort` is not stable, and its order of
+/// ties changed between Go releases (etcd 3.5.1's Go 1.16 moves elements
+/// six apart first; the pdqsort of Go 1.19+ does not). Then the text says
+/// whether the list is in the target's order, and digests the kvs in key
+/// order; under a limit that cut the list (`more`), which of the tied kvs
+/// made the cut is open too, and only the target's values are digested
+/// (nothing of them for VALUE under `keys_only`: the values are gone).
+fn range_kvs(leases: &[i64], req: &RangeRequest, list: &[KeyValue], more: bool) -> String {
+    let (target, mut order) = (req.sort_target, req.sort_order);
+    if target == 0 {
+        return kvs(leases, list);
+    }
+    if order == 0 {
+        order = 1; // another target than KEY sorts ascending by default
+    }
+    let field = |kv: &KeyValue| -> Vec<u8> {
+        match target {
+            1 => kv.version.to_be_bytes().to_vec(),
+            2 => kv.create_revision.to_be_bytes().to_vec(),
+            3 => kv.mod_revision.to_be_bytes().to_vec(),
+            _ if req.keys_only => Vec::new(),
+            _ => kv.value.to_vec(),
+        }
+    };
+    let in_order = list.windows(2).all(|w| {
+        let (a, b) = (field(&w[0]), field(&w[1]));
+        if order == 2 {
+            a >= b
+        } else {
+            a <= b
+        }
+    });
+    let digest = if more {
+        let mut h = DefaultHasher::new();
+        list.iter().for_each(|kv| field(kv).hash(&mut h));
+        format!("{} target values #{:08x}", list.len(), h.finish() as u32)
+    } else {
+        let mut by_key: Vec<&KeyValue> = list.iter().collect();
+        by_key.sort_by(|a, b| a.key.cmp(&b.key));
+        kvs(leases, by_key)
+    };
+    format!("by target {target} (in order: {in_order}) {digest}")
+}
+
 /// `key`, its `/<lease ID in hex>` end (as Go's `%x` writes an int64)
 /// written as the lease's slot in `leases` when it is one of them, or as
 /// `<server lease>` when it is 12 hex digits or more.
@@ -574,19 +620,26 @@ fn lease_named(leases: &[i64], key: &[u8]) -> Vec<u8> {
 /// A Txn's answer: which branch ran and each op's answer (a Range's count
 /// and key-values, whether a Put returned a previous key-value, how many a
 /// DeleteRange deleted, a nested Txn's), hashed when long.
-fn txn_text(leases: &[i64], r: &TxnResponse) -> String {
-    fn ops(leases: &[i64], r: &TxnResponse) -> String {
+fn txn_text(leases: &[i64], req: &TxnRequest, r: &TxnResponse) -> String {
+    fn ops(leases: &[i64], req: &TxnRequest, r: &TxnResponse) -> String {
+        let branch = if r.succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
         let each: Vec<String> = r
             .responses
             .iter()
-            .map(|o| match &o.response {
+            .enumerate()
+            .map(|(i, o)| match &o.response {
                 Some(response_op::Response::ResponseRange(r)) => {
-                    format!(
-                        "r{}:{}{}",
-                        r.count,
-                        kvs(leases, &r.kvs),
-                        if r.more { "+" } else { "" }
-                    )
+                    let list = match branch.get(i).and_then(|op| op.request.as_ref()) {
+                        Some(request_op::Request::RequestRange(q)) => {
+                            range_kvs(leases, q, &r.kvs, r.more)
+                        }
+                        _ => kvs(leases, &r.kvs),
+                    };
+                    format!("r{}:{list}{}", r.count, if r.more { "+" } else { "" })
                 }
                 Some(response_op::Response::ResponsePut(p)) => {
                     format!("p:{}", kvs(leases, p.prev_kv.as_ref()))
@@ -594,7 +647,13 @@ fn txn_text(leases: &[i64], r: &TxnResponse) -> String {
                 Some(response_op::Response::ResponseDeleteRange(d)) => {
                     format!("d{}:{}", d.deleted, kvs(leases, &d.prev_kvs))
                 }
-                Some(response_op::Response::ResponseTxn(t)) => format!("t({})", ops(leases, t)),
+                Some(response_op::Response::ResponseTxn(t)) => {
+                    let inner = match branch.get(i).and_then(|op| op.request.as_ref()) {
+                        Some(request_op::Request::RequestTxn(q)) => q,
+                        _ => &TxnRequest::default(),
+                    };
+                    format!("t({})", ops(leases, inner, t))
+                }
                 None => "-".into(),
             })
             .collect();
@@ -604,7 +663,7 @@ fn txn_text(leases: &[i64], r: &TxnResponse) -> String {
             each.join(" ")
         )
     }
-    let s = ops(leases, r);
+    let s = ops(leases, req, r);
     if s.len() <= 240 {
         s
     } else {
@@ -898,13 +957,14 @@ async fn step(rng: &mut StdRng, t: &mut Target) -> (String, String) {
                 return ("Range".into(), skipped(t));
             }
             note(t, &req);
-            let r = to(kv.range(req)).await;
+            let r = to(kv.range(req.clone())).await;
             let a = ans(t, &r, |r, ls| {
                 let r = inner(r);
                 let more = if r.more { " more" } else { "" };
+                let list = range_kvs(ls, &req, &r.kvs, r.more);
                 (
                     hrev(&r.header),
-                    format!("count {} kvs {}{more}", r.count, kvs(ls, &r.kvs)),
+                    format!("count {} kvs {list}{more}", r.count),
                 )
             });
             ("Range".into(), a)
@@ -934,9 +994,9 @@ async fn step(rng: &mut StdRng, t: &mut Target) -> (String, String) {
                 return ("Txn".into(), SPLITS_351.into());
             }
             note(t, &req);
-            let r = to(kv.txn(req)).await;
+            let r = to(kv.txn(req.clone())).await;
             let a = ans(t, &r, |r, ls| {
-                (hrev(&r.get_ref().header), txn_text(ls, r.get_ref()))
+                (hrev(&r.get_ref().header), txn_text(ls, &req, r.get_ref()))
             });
             ("Txn".into(), a)
         }
