@@ -432,3 +432,78 @@ async fn next_observed(orx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -
         .expect("observe in time")
         .expect("observe stream open")
 }
+
+/// An Observe of an election with no leader yet. etcd (grpc-go) sends a
+/// stream's response headers with its first message, so a client waiting
+/// for them (as tonic's does) waits until a leader is elected; the first
+/// message then names it.
+async fn observe_before_a_leader(flavor: Flavor) -> Vec<String> {
+    use retcd_api::etcdserverpb::{lease_client::LeaseClient, LeaseGrantRequest};
+    use retcd_api::v3electionpb::{
+        election_client::ElectionClient, CampaignRequest, LeaderRequest,
+    };
+    let c = Cluster::start(flavor, 1, &[]).await.expect("start");
+    let ch = tonic::transport::Channel::from_shared(c.endpoints()[0].clone())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let name = b"no-leader-yet".to_vec();
+    let mut obs = ElectionClient::new(ch.clone());
+    let req = LeaderRequest { name: name.clone() };
+    let call = tokio::spawn(async move { obs.observe(req).await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut seen = vec![format!(
+        "response headers before a leader: {}",
+        call.is_finished()
+    )];
+    let lease = LeaseClient::new(ch.clone())
+        .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
+        .await
+        .expect("grant")
+        .into_inner()
+        .id;
+    ElectionClient::new(ch)
+        .campaign(CampaignRequest {
+            name,
+            lease,
+            value: b"v1".to_vec(),
+        })
+        .await
+        .expect("campaign");
+    let mut stream = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("headers once there is a leader")
+        .expect("observe task")
+        .expect("observe")
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("a first message")
+        .expect("observe stream")
+        .expect("a message");
+    let value = first.kv.map(|kv| kv.value).unwrap_or_default();
+    seen.push(format!(
+        "first message: {}",
+        String::from_utf8_lossy(&value)
+    ));
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_waits_for_a_leader_as_etcd() {
+    bounded(LIMIT, async {
+        let want = observe_before_a_leader(Flavor::Etcd).await;
+        assert_eq!(
+            want,
+            [
+                "response headers before a leader: false",
+                "first message: v1"
+            ],
+            "etcd"
+        );
+        let got = observe_before_a_leader(Flavor::Retcd).await;
+        assert_eq!(got, want);
+    })
+    .await;
+}
