@@ -492,6 +492,14 @@ fn util(args: &[&str]) -> Cmd {
     }
 }
 
+/// A `snapshot save` run (etcdctl 3.4.23's for etcd, retcdutl's own).
+fn save(args: &[&str]) -> Cmd {
+    Cmd {
+        save: true,
+        ..util(args)
+    }
+}
+
 fn snap(path: &str, src: Src) -> Lay {
     Lay::Snap(path.into(), Input::pristine(src))
 }
@@ -1427,10 +1435,7 @@ impl Gen {
         Step {
             lay: vec![],
             cmds: vec![
-                Cmd {
-                    save: true,
-                    args: args.iter().map(|s| s.to_string()).collect(),
-                },
+                save(&args),
                 util(&["snapshot", "status", "a.db", "-w", "json"]),
             ],
             serve: None,
@@ -1813,49 +1818,31 @@ fn prelude(
         Step {
             lay: vec![],
             cmds: vec![
-                Cmd {
-                    save: true,
-                    args: ["snapshot", "save", "a.db", "--endpoints", "ENDPOINT"]
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect(),
-                },
+                save(&["snapshot", "save", "a.db", "--endpoints", "ENDPOINT"]),
                 util(&["snapshot", "status", "a.db", "-w", "json"]),
             ],
             serve: None,
         },
         Step {
             lay: vec![],
-            cmds: vec![Cmd {
-                save: true,
-                args: [
-                    "snapshot",
-                    "save",
-                    "missing/a.db",
-                    "--endpoints",
-                    "ENDPOINT,http://127.0.0.1:1",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            }],
+            cmds: vec![save(&[
+                "snapshot",
+                "save",
+                "missing/a.db",
+                "--endpoints",
+                "ENDPOINT,http://127.0.0.1:1",
+            ])],
             serve: None,
         },
         Step {
             lay: vec![],
-            cmds: vec![Cmd {
-                save: true,
-                args: [
-                    "snapshot",
-                    "save",
-                    "missing/a.db",
-                    "--endpoints",
-                    "ENDPOINT",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            }],
+            cmds: vec![save(&[
+                "snapshot",
+                "save",
+                "missing/a.db",
+                "--endpoints",
+                "ENDPOINT",
+            ])],
             serve: None,
         },
     ]);

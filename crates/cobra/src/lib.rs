@@ -381,14 +381,22 @@ pub fn local(root: &Cmd, path: &[&str], help: bool) -> Vec<Flag> {
     out
 }
 
+/// The command's own flags ([`local`]) and the inherited ones it does
+/// not shadow (cobra's `LocalFlags` and `InheritedFlags`).
+pub fn flag_sets(root: &Cmd, path: &[&str], help: bool) -> (Vec<Flag>, Vec<Flag>) {
+    let local = local(root, path, help);
+    let names: HashSet<&str> = local.iter().map(|x| x.name).collect();
+    let inherited = inherited(root, path)
+        .into_iter()
+        .filter(|x| !names.contains(x.name))
+        .collect();
+    (local, inherited)
+}
+
+/// Every flag the command takes: its own, then the inherited ones.
 pub fn all_flags(root: &Cmd, path: &[&str], help: bool) -> Vec<Flag> {
-    let mut f = local(root, path, help);
-    let names: HashSet<&str> = f.iter().map(|x| x.name).collect();
-    f.extend(
-        inherited(root, path)
-            .into_iter()
-            .filter(|x| !names.contains(x.name)),
-    );
+    let (mut f, inherited) = flag_sets(root, path, help);
+    f.extend(inherited);
     f
 }
 
@@ -534,7 +542,7 @@ pub fn execute(root: &Cmd, args: &[String]) -> Outcome {
         return Outcome::FindError { path, msg };
     }
     let flags = all_flags(root, &path, true);
-    let names: HashSet<&str> = local(root, &path, true).iter().map(|f| f.name).collect();
+    let (_, inherited) = flag_sets(root, &path, true);
     let mut p = Parsed {
         path: path.clone(),
         args: Vec::new(),
@@ -544,10 +552,7 @@ pub fn execute(root: &Cmd, args: &[String]) -> Outcome {
             .collect(),
         changed: HashSet::new(),
         all_flags: flags.clone(),
-        inherited: inherited(root, &path)
-            .into_iter()
-            .filter(|f| !names.contains(f.name))
-            .collect(),
+        inherited,
         dash_at: None,
     };
     if let Err(msg) = parse_flags(&mut p, &flags, &rest) {
@@ -773,15 +778,10 @@ pub fn usage_with(root: &Cmd, path: &[&str], help_flag: bool) -> String {
             }
         }
     }
-    let local = local(root, path, help_flag);
+    let (local, inh) = flag_sets(root, path, help_flag);
     if !local.is_empty() {
         t.push_str(&format!("\n\nFlags:\n{}", flag_usages(&local)));
     }
-    let names: HashSet<&str> = local.iter().map(|f| f.name).collect();
-    let inh: Vec<Flag> = inherited(root, path)
-        .into_iter()
-        .filter(|f| !names.contains(f.name))
-        .collect();
     if !inh.is_empty() {
         t.push_str(&format!("\n\nGlobal Flags:\n{}", flag_usages(&inh)));
     }

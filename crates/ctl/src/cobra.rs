@@ -59,11 +59,7 @@ pub fn usage(root: &Cmd, path: &[&str], version: &str, api: &str) -> String {
 /// of: `help bogus` prints the root's page without it).
 pub fn usage_with(root: &Cmd, path: &[&str], version: &str, api: &str, help_flag: bool) -> String {
     let c = lookup(root, path);
-    let local = local(root, path, help_flag);
-    let inherited: Vec<Flag> = inherited(root, path)
-        .into_iter()
-        .filter(|f| !local.iter().any(|l| l.name == f.name))
-        .collect();
+    let (local, inherited) = flag_sets(root, path, help_flag);
     let mut t = String::new();
     t.push_str("NAME:\n");
     if path.is_empty() {
