@@ -757,3 +757,91 @@ async fn lease_keepalive_abandoned_without_a_leader_renews_nothing() {
     })
     .await;
 }
+
+/// What a client of a keepalive stream sees of its response headers: none
+/// while it has sent nothing; its first request brings them with the
+/// answer; a stream closed before any request ends with no message and
+/// status OK.
+async fn keepalive_headers(flavor: Flavor) -> Vec<String> {
+    use retcd_api::etcdserverpb::{
+        lease_client::LeaseClient, LeaseGrantRequest, LeaseKeepAliveRequest,
+    };
+    use tokio_stream::wrappers::ReceiverStream;
+    let c = Cluster::start(flavor, 1, &[]).await.expect("start");
+    let ch = tonic::transport::Channel::from_shared(c.endpoints()[0].clone())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let id = LeaseClient::new(ch.clone())
+        .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
+        .await
+        .expect("grant")
+        .into_inner()
+        .id;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let mut lc = LeaseClient::new(ch.clone());
+    let call = tokio::spawn(async move { lc.lease_keep_alive(ReceiverStream::new(rx)).await });
+    sleep(Duration::from_millis(700)).await;
+    let mut seen = vec![format!(
+        "response headers before a request: {}",
+        call.is_finished()
+    )];
+    tx.send(LeaseKeepAliveRequest { id }).await.expect("send");
+    let mut stream = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("headers once a request is answered")
+        .expect("keepalive task")
+        .expect("keepalive")
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("a first answer")
+        .expect("keepalive stream")
+        .expect("an answer");
+    seen.push(format!(
+        "first answer: id ok {}, ttl {}",
+        first.id == id,
+        first.ttl
+    ));
+    let (tx, rx) = tokio::sync::mpsc::channel::<LeaseKeepAliveRequest>(1);
+    drop(tx);
+    let closed = tokio::time::timeout(
+        Duration::from_secs(10),
+        LeaseClient::new(ch).lease_keep_alive(ReceiverStream::new(rx)),
+    )
+    .await
+    .expect("an answer to a closed stream");
+    let end = match closed {
+        Ok(s) => {
+            let mut s = s.into_inner();
+            match tokio::time::timeout(Duration::from_secs(10), s.message()).await {
+                Ok(Ok(m)) => format!("a message: {}", m.is_some()),
+                Ok(Err(st)) => format!("status {:?}", st.code()),
+                Err(_) => "no end".to_string(),
+            }
+        }
+        Err(st) => format!("call refused: {:?}", st.code()),
+    };
+    seen.push(format!("closed before a request: {end}"));
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_headers_wait_for_a_first_answer_as_etcd() {
+    bounded(LIMIT, async {
+        let want = keepalive_headers(Flavor::Etcd).await;
+        assert_eq!(
+            want,
+            [
+                "response headers before a request: false",
+                "first answer: id ok true, ttl 30",
+                "closed before a request: a message: false",
+            ],
+            "etcd"
+        );
+        let got = keepalive_headers(Flavor::Retcd).await;
+        assert_eq!(got, want);
+    })
+    .await;
+}

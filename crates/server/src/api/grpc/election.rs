@@ -244,14 +244,11 @@ impl Election for ElectionService {
                 () = observe => {}
             }
         });
-        // As grpc-go: the response headers go out with the first message,
-        // so an Observe of an election with no leader sends none until one
-        // is elected (a client that waits for them waits as on etcd). A
+        // An Observe of an election with no leader sends no headers until
+        // one is elected (a client that waits for them waits as on etcd). A
         // client that goes meanwhile drops this future, and `gone` ends
         // the loop.
-        let mut rx = tokio_stream::wrappers::ReceiverStream::new(rx);
-        let first = rx.next().await;
-        Ok(Response::new(Box::pin(tokio_stream::iter(first).chain(rx))))
+        super::headers_with_first(rx).await
     }
 
     async fn resign(

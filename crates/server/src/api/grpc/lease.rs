@@ -13,7 +13,6 @@ use retcd_api::etcdserverpb::{
 use retcd_lease::LeaseError;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -90,7 +89,8 @@ impl Lease for LeaseService {
                 }
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // A stream whose client sends nothing gets no headers, as etcd's.
+        super::headers_with_first(rx).await
     }
 
     async fn lease_time_to_live(

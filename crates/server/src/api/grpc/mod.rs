@@ -24,7 +24,9 @@ use retcd_api::etcdserverpb::{
 use retcd_api::v3electionpb::election_server::ElectionServer;
 use retcd_api::v3lockpb::lock_server::LockServer;
 use std::sync::Arc;
+use tokio_stream::StreamExt;
 use tonic::service::Routes;
+use tonic::{Response, Status};
 
 /// The client port's gRPC services, each as its own tower service (what
 /// `api::client_port` dispatches to by service name).
@@ -111,4 +113,22 @@ pub fn client_services(server: &Arc<EtcdServer>) -> ClientServices {
         lock,
         election,
     }
+}
+
+/// A server stream's answer as grpc-go sends it (etcd's handlers never
+/// send headers by themselves): the response headers go out with the
+/// first message, so a stream that has nothing to say sends none; one that
+/// ends before a message is trailers only, and an error before any message
+/// is the call's own error (what a client's `Header()` returns). The
+/// handler awaits the first item of `rx`; a client gone meanwhile drops
+/// that wait, and with it `rx`.
+pub(crate) async fn headers_with_first<T: Send + 'static>(
+    rx: tokio::sync::mpsc::Receiver<Result<T, Status>>,
+) -> Result<Response<tonic::codegen::BoxStream<T>>, Status> {
+    let mut rx = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let first = match rx.next().await {
+        Some(Err(status)) => return Err(status),
+        first => first,
+    };
+    Ok(Response::new(Box::pin(tokio_stream::iter(first).chain(rx))))
 }
