@@ -19,7 +19,6 @@ use retcd_api::etcdserverpb::{
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 /// etcd's `snapshotSendBufferSize`.
@@ -214,7 +213,9 @@ impl Maintenance for MaintenanceService {
                 }
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // A snapshot that fails before its first chunk is the call's error
+        // (trailers only), as etcd's.
+        super::headers_with_first(rx).await
     }
 
     async fn move_leader(
