@@ -2292,3 +2292,131 @@ fn sha256_and_log_lines() {
     assert!(is_log_line("{\"level\":\"info\",\"ts\":1.5}\n"));
     assert!(!is_log_line("Error: stat x: no such file or directory\n"));
 }
+
+/// One raw-byte command line's run: exit code, stdout and the stderr
+/// lines that are not log lines, as bytes; and the log lines.
+fn run_raw(bin: &Path, args: &[&[u8]], cwd: &Path) -> (String, Vec<u8>, Vec<u8>, Vec<u8>) {
+    use std::os::unix::ffi::OsStrExt;
+    let out = Command::new(bin)
+        .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
+        .current_dir(cwd)
+        .env_remove("ETCDCTL_ENDPOINTS")
+        .env_remove("ETCDCTL_API")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", bin.display()));
+    let (mut errors, mut logs) = (Vec::new(), Vec::new());
+    for l in out.stderr.split_inclusive(|&b| b == b'\n') {
+        if is_log_line(&String::from_utf8_lossy(l)) {
+            logs.extend_from_slice(l);
+        } else {
+            errors.extend_from_slice(l);
+        }
+    }
+    (format!("{:?}", out.status.code()), out.stdout, errors, logs)
+}
+
+/// Arguments that are not UTF-8 (Go strings are bytes): a file and a data
+/// dir named so open and are created as those bytes, and the texts that
+/// name them print the bytes as etcdutl 3.5.1 does (`%s` raw, `%q` as
+/// `\xNN`, zap's JSON as `\ufffd`). retcdutl once read its arguments
+/// lossily, so such a file was not found and a restore went to a
+/// directory of another name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_byte_arguments_as_etcdutl() {
+    bounded(LIMIT, async {
+        let work = tempfile::Builder::new()
+            .prefix("retcd-etcdutl-raw-")
+            .tempdir()
+            .expect("temp dir");
+        let etcd = Cluster::start_with_binary(Flavor::Etcd, etcd351_bin(), 1, FAST)
+            .await
+            .expect("start etcd 3.5.1");
+        etcd.client(0)
+            .await
+            .unwrap()
+            .put("k", "v", None)
+            .await
+            .expect("put");
+        let base = save_snapshot(&etcd, &work.path().join("base.db"));
+        drop(etcd);
+        let bins = work.path().join("bin");
+        std::fs::create_dir_all(&bins).expect("bin dir");
+        let sides = [
+            ("etcdutl", reference_tools().util),
+            ("retcdutl", target_tools(Flavor::Retcd, &bins).util),
+        ];
+        let restore: &[&[u8]] = &[b"snapshot", b"restore", b"snap\xff.db", b"--data-dir", b"out\xfd"];
+        let steps: &[&[&[u8]]] = &[
+            &[b"snapshot", b"status", b"snap\xff.db", b"-w", b"json"],
+            &[b"snapshot", b"status", b"gone\xfe.db"],
+            &[b"snapshot", b"status", b"snap\xff.db", b"-w", b"t\xffble"],
+            &[b"bogus\xff"],
+            &[b"snapshot", b"restore", b"snap\xff.db", b"--name", b"n\xfe"],
+            restore,
+            restore,
+        ];
+        let mut runs = Vec::new();
+        for (name, util) in &sides {
+            let dir = work.path().join(name);
+            std::fs::create_dir_all(&dir).expect("side dir");
+            {
+                use std::os::unix::ffi::OsStrExt;
+                std::fs::write(dir.join(std::ffi::OsStr::from_bytes(b"snap\xff.db")), &base)
+                    .expect("lay the snapshot");
+            }
+            let side: Vec<_> = steps.iter().map(|a| run_raw(util, a, &dir)).collect();
+            // The restore made the directory of those bytes, and no other.
+            let made: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+                .expect("read side dir")
+                .map(|e| {
+                    use std::os::unix::ffi::OsStrExt;
+                    e.expect("entry").file_name().as_bytes().to_vec()
+                })
+                .filter(|n| n.starts_with(b"out"))
+                .collect();
+            assert_eq!(made, [b"out\xfd".to_vec()], "{name}: the data dir");
+            {
+                use std::os::unix::ffi::OsStrExt;
+                let db = dir
+                    .join(std::ffi::OsStr::from_bytes(b"out\xfd"))
+                    .join("member/snap/db");
+                assert!(db.is_file(), "{name}: {}", db.display());
+            }
+            // zap's fields name the paths with \ufffd for each bad byte.
+            let logs = String::from_utf8_lossy(&side[5].3).into_owned();
+            assert!(
+                logs.contains(r#"restoring snapshot	{"path": "snap\ufffd.db", "wal-dir": "out\ufffd/member/wal", "data-dir": "out\ufffd", "snap-dir": "out\ufffd/member/snap""#)
+                    || logs.contains(r#"restoring snapshot	{"path": "snap\ufffd.db", "wal-dir": "out\ufffd/member/wal", "data-dir": "out\ufffd", "snap-dir": "out\ufffd/member/snap", "stack""#),
+                "{name}: {logs}"
+            );
+            runs.push(side);
+        }
+        for (i, step) in steps.iter().enumerate() {
+            let show = |r: &(String, Vec<u8>, Vec<u8>, Vec<u8>)| {
+                format!(
+                    "{} stdout {:?} errors {:?}",
+                    r.0,
+                    String::from_utf8_lossy(&r.1),
+                    r.2.escape_ascii().to_string()
+                )
+            };
+            let (want, got) = (&runs[0][i], &runs[1][i]);
+            assert_eq!(
+                (&got.0, &got.1, &got.2),
+                (&want.0, &want.1, &want.2),
+                "step {i} {:?}:\n etcdutl  {}\n retcdutl {}",
+                step.iter().map(|a| a.escape_ascii().to_string()).collect::<Vec<_>>(),
+                show(want),
+                show(got)
+            );
+        }
+        // The runs did differ by the bytes: a missing file names them raw.
+        assert!(
+            runs[0][1].2.windows(11).any(|w| w == b"gone\xfe.db: n"),
+            "{:?}",
+            runs[0][1].2.escape_ascii().to_string()
+        );
+    })
+    .await;
+}

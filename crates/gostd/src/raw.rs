@@ -79,6 +79,24 @@ pub fn eprint(s: &str) {
     let _ = std::io::stderr().lock().write_all(&bytes(s));
 }
 
+/// `s` written to stdout as the bytes it carries.
+pub fn print(s: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(&bytes(s));
+}
+
+/// The text of `p`'s bytes (see [`text`]): what a Go program prints of
+/// the path it was given.
+pub fn path_text(p: &std::path::Path) -> String {
+    text(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()))
+}
+
+/// The path `s` carries (its bytes, as Go opens a string path).
+pub fn path(s: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt as _;
+    std::ffi::OsString::from_vec(vec(s)).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +114,7 @@ mod tests {
             assert_eq!(&*bytes(&text(b)), b, "{b:?}");
         }
         assert_eq!(text(b"ok"), "ok");
+        assert_eq!(&*bytes(&path_text(&path(&text(b"d/\xfd")))), b"d/\xfd");
         assert!(matches!(bytes("ok é"), Cow::Borrowed(_)));
     }
 }

@@ -28,6 +28,20 @@
 //! retcd's older format (`RETCDMVCC1` records, CRC-32C, padding, SHA-256)
 //! are still read.
 
+// The command line and every text that may hold a piece of it carry its
+// raw bytes (`retcd_gostd::raw`): paths open as the bytes given, and
+// output prints them as they are, as Go prints a string.
+macro_rules! outw { ($($t:tt)*) => { retcd_gostd::raw::print(&format!($($t)*)) } }
+macro_rules! outln {
+    () => { outw!("\n") };
+    ($($t:tt)*) => { outw!("{}\n", format_args!($($t)*)) };
+}
+macro_rules! errw { ($($t:tt)*) => { retcd_gostd::raw::eprint(&format!($($t)*)) } }
+macro_rules! errln {
+    () => { errw!("\n") };
+    ($($t:tt)*) => { errw!("{}\n", format_args!($($t)*)) };
+}
+
 mod migrate;
 
 use std::fs::File;
@@ -48,6 +62,7 @@ use retcd_api::retcdpb::WalMetadata;
 use retcd_cobra::{self as cobra, flag, go_quote, required, Cmd, Flag, Kind, Outcome, Parsed};
 use retcd_etcdfmt::human_bytes;
 use retcd_etcdfmt::BoltReader;
+use retcd_gostd::raw;
 use retcd_mvcc::kvstore::{parse_dump, CONSISTENT_INDEX_KEY, DUMP_MAGIC, TERM_KEY};
 use retcd_mvcc::{KvStore, Revision};
 use retcd_server::config::{advertise_matches_cluster, urls_map_string};
@@ -77,7 +92,7 @@ struct Exit {
 fn exit(code: i32, msg: impl std::fmt::Display) -> Exit {
     Exit {
         code,
-        msg: msg.to_string().into_bytes(),
+        msg: retcd_gostd::raw::vec(&msg.to_string()),
     }
 }
 
@@ -258,15 +273,22 @@ fn rfc3339_now() -> String {
 pub(crate) fn log_info(msg: &str, fields: &[(&str, String)]) {
     let f: Vec<String> = fields
         .iter()
-        .map(|(k, v)| {
-            format!(
-                "{}: {}",
-                serde_json::Value::from(*k),
-                serde_json::Value::from(v.as_str())
-            )
-        })
+        .map(|(k, v)| format!("{}: {}", serde_json::Value::from(*k), zap_json_string(v)))
         .collect();
-    eprintln!("{}\tINFO\t{msg}\t{{{}}}", rfc3339_now(), f.join(", "));
+    errln!("{}\tINFO\t{msg}\t{{{}}}", rfc3339_now(), f.join(", "));
+}
+
+/// zap's JSON string of the bytes `s` carries: each byte that is not part
+/// of valid UTF-8 is the six characters `\ufffd`.
+fn zap_json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for chunk in raw::bytes(s).utf8_chunks() {
+        let valid = serde_json::Value::from(chunk.valid()).to_string();
+        out.push_str(&valid[1..valid.len() - 1]);
+        out.push_str(&"\\ufffd".repeat(chunk.invalid().len()));
+    }
+    out.push('"');
+    out
 }
 
 // ------------------------------------------------------- Go's error texts
@@ -374,18 +396,18 @@ impl Progress {
         );
         if self.tty {
             let bar = (pct / 5) as usize;
-            eprint!(
+            errw!(
                 "\r{}: [{}{}] {line}",
                 self.what,
                 "=".repeat(bar),
                 " ".repeat(20 - bar)
             );
             if done >= self.total {
-                eprintln!();
+                errln!();
             }
             self.next = done + self.total / 100;
         } else {
-            eprintln!("{}: {line}", self.what);
+            errln!("{}: {line}", self.what);
             self.next = done + self.total / 10;
         }
     }
@@ -397,7 +419,7 @@ impl Progress {
 /// (without padding and the SHA-256 trailer), checked.
 fn read_retcd_snapshot(file: &Path, skip_hash_check: bool) -> anyhow::Result<Vec<u8>> {
     let mut f = File::open(file)
-        .with_context(|| format!("cannot open snapshot file {}", file.display()))?;
+        .with_context(|| format!("cannot open snapshot file {}", raw::path_text(file)))?;
     let size = f.metadata()?.len();
     let mut data = Vec::with_capacity(size as usize);
     let mut buf = vec![0u8; 1 << 20];
@@ -413,7 +435,7 @@ fn read_retcd_snapshot(file: &Path, skip_hash_check: bool) -> anyhow::Result<Vec
     let corrupted = |why: String| {
         anyhow::anyhow!(
             "snapshot file {} is corrupted or not a retcd snapshot: {why}",
-            file.display()
+            raw::path_text(file)
         )
     };
     // dump ++ zero padding ++ sha256(dump ++ padding)
@@ -478,7 +500,7 @@ fn open_read_only(file: &str) -> Result<File, String> {
         .read(true)
         .custom_flags(libc::O_CREAT)
         .mode(0o400)
-        .open(file)
+        .open(raw::path(file))
         .map_err(|e| go_path_err("open", file, &e))
 }
 
@@ -522,7 +544,7 @@ fn bolt_check_read_only(f: &File, file: &str) -> Result<(), String> {
 fn status_of(file: &str) -> Result<retcd_etcdfmt::Status, Vec<u8>> {
     status_read(file).map_err(|e| match e {
         StatusError::NotABucket(name) => [b"cannot get hash of bucket ".as_slice(), &name].concat(),
-        StatusError::Other(s) => s.into_bytes(),
+        StatusError::Other(s) => raw::vec(&s),
     })
 }
 
@@ -538,13 +560,13 @@ impl From<String> for StatusError {
 }
 
 fn status_read(file: &str) -> Result<retcd_etcdfmt::Status, StatusError> {
-    std::fs::metadata(file).map_err(|e| go_path_err("stat", file, &e))?;
+    std::fs::metadata(raw::path(file)).map_err(|e| go_path_err("stat", file, &e))?;
     let f = open_read_only(file)?;
     if !is_retcd_format(&f) {
         bolt_check_read_only(&f, file)?;
     } else {
-        let dump = read_retcd_snapshot(Path::new(file), true).map_err(|e| format!("{e:#}"))?;
-        return retcd_stats(&dump, Path::new(file))
+        let dump = read_retcd_snapshot(&raw::path(file), true).map_err(|e| format!("{e:#}"))?;
+        return retcd_stats(&dump, &raw::path(file))
             .map_err(|e| StatusError::Other(format!("{e:#}")));
     }
     let r = BoltReader::from_file(f)
@@ -599,18 +621,21 @@ fn status_cmd(p: &Parsed) -> Result<(), Exit> {
                 "protobuf not supported as output format",
             ))
         }
-        "json" => println!(
+        "json" => outln!(
             "{{\"hash\":{},\"revision\":{},\"totalKey\":{},\"totalSize\":{}}}",
-            s.hash, s.revision, s.total_keys, size
+            s.hash,
+            s.revision,
+            s.total_keys,
+            size
         ),
         "fields" => {
-            println!("\"Hash\" : {}", s.hash);
-            println!("\"Revision\" : {}", s.revision);
-            println!("\"Keys\" : {}", s.total_keys);
-            println!("\"Size\" : {size}");
+            outln!("\"Hash\" : {}", s.hash);
+            outln!("\"Revision\" : {}", s.revision);
+            outln!("\"Keys\" : {}", s.total_keys);
+            outln!("\"Size\" : {size}");
         }
-        "table" => print!("{}", status_table(&s)),
-        _ => println!(
+        "table" => outw!("{}", status_table(&s)),
+        _ => outln!(
             "{:x}, {}, {}, {}",
             s.hash,
             s.revision,
@@ -811,8 +836,9 @@ fn new_cluster(m: &NewMember) -> anyhow::Result<NewCluster> {
     let cluster_id =
         retcd_server::ids::cluster_id(&members.iter().map(|x| x.id).collect::<Vec<_>>());
     // fileutil.Exist && !fileutil.DirEmpty
-    if std::fs::metadata(&m.data_dir).is_ok() {
-        let empty = std::fs::read_dir(&m.data_dir).is_ok_and(|mut d| d.next().is_none());
+    let (data_dir, wal_dir) = (raw::path(&m.data_dir), raw::path(&m.wal_dir));
+    if std::fs::metadata(&data_dir).is_ok() {
+        let empty = std::fs::read_dir(&data_dir).is_ok_and(|mut d| d.next().is_none());
         if !empty {
             anyhow::bail!(
                 "data-dir {} not empty or could not be read",
@@ -820,14 +846,11 @@ fn new_cluster(m: &NewMember) -> anyhow::Result<NewCluster> {
             );
         }
     }
-    if std::fs::metadata(&m.wal_dir).is_ok() {
+    if std::fs::metadata(&wal_dir).is_ok() {
         anyhow::bail!("wal-dir {} exists", go_quote(&m.wal_dir));
     }
     Ok(NewCluster {
-        paths: Paths {
-            data_dir: PathBuf::from(&m.data_dir),
-            wal_dir: PathBuf::from(&m.wal_dir),
-        },
+        paths: Paths { data_dir, wal_dir },
         members,
         member_id,
         cluster_id,
@@ -842,7 +865,7 @@ fn restore_backend(
 ) -> anyhow::Result<Arc<Backend>> {
     let snap_dir = nc.paths.snap_dir();
     std::fs::create_dir_all(&snap_dir)
-        .with_context(|| format!("cannot create {}", snap_dir.display()))?;
+        .with_context(|| format!("cannot create {}", raw::path_text(&snap_dir)))?;
     let backend =
         Arc::new(Backend::open(&nc.paths.backend_path()).map_err(|e| anyhow::anyhow!("{e}"))?);
     let kv = KvStore::open(backend.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -902,7 +925,7 @@ fn finish_member(
         log_info(
             "restored backend",
             &[
-                ("path", nc.paths.backend_path().display().to_string()),
+                ("path", raw::path_text(&nc.paths.backend_path())),
                 ("revisions", n.to_string()),
             ],
         );
@@ -915,7 +938,7 @@ fn finish_member(
     };
     let wal_dir = &nc.paths.wal_dir;
     let mut wal = Wal::create(wal_dir, &meta.encode_to_vec())
-        .map_err(|e| anyhow::anyhow!("cannot create WAL in {}: {e}", wal_dir.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot create WAL in {}: {e}", raw::path_text(wal_dir)))?;
     let cs = ConfState {
         voters: nc.members.iter().map(|m| m.id).collect(),
         ..Default::default()
@@ -963,7 +986,7 @@ fn finish_member(
 /// trailer read first (a file shorter than it cannot be seeked to it),
 /// then checked unless `skip_hash_check`.
 fn open_for_restore(file: &str, skip_hash_check: bool) -> Result<Snapshot, String> {
-    let f = File::open(file).map_err(|e| go_path_err("open", file, &e))?;
+    let f = File::open(raw::path(file)).map_err(|e| go_path_err("open", file, &e))?;
     let len = f
         .metadata()
         .map_err(|e| go_path_err("stat", file, &e))?
@@ -975,7 +998,7 @@ fn open_for_restore(file: &str, skip_hash_check: bool) -> Result<Snapshot, Strin
     f.read_exact_at(&mut want, len - 32)
         .map_err(|e| go_path_err("read", file, &e))?;
     if is_retcd_format(&f) {
-        return read_retcd_snapshot(Path::new(file), skip_hash_check)
+        return read_retcd_snapshot(&raw::path(file), skip_hash_check)
             .map(Snapshot::Retcd)
             .map_err(|e| format!("{e:#}"));
     }
@@ -1031,7 +1054,7 @@ fn restore(file: &str, member: &NewMember, skip_hash_check: bool) -> anyhow::Res
             ("path", file.to_string()),
             ("wal-dir", member.wal_dir.clone()),
             ("data-dir", member.data_dir.clone()),
-            ("snap-dir", nc.paths.snap_dir().display().to_string()),
+            ("snap-dir", raw::path_text(&nc.paths.snap_dir())),
         ],
     );
     let started = Instant::now();
@@ -1082,7 +1105,7 @@ fn restore_cmd(p: &Parsed) -> Result<(), Exit> {
 /// member (`DIR/member/snap/db`).
 fn defrag_cmd(p: &Parsed) -> Result<(), Exit> {
     let dir = p.get("data-dir");
-    let db = Path::new(dir).join("member").join("snap").join("db");
+    let db = raw::path(dir).join("member").join("snap").join("db");
     let run = || -> anyhow::Result<()> {
         let backend = Arc::new(Backend::open(&db).map_err(|e| anyhow::anyhow!("{e}"))?);
         let kv = KvStore::open(backend).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -1104,13 +1127,14 @@ async fn save(file: &str, endpoint: &str) -> Result<(), String> {
         format!("http://{endpoint}")
     };
     let part = format!("{file}.part");
-    let _ = std::fs::remove_file(&part);
+    let (part_path, file_path) = (raw::path(&part), raw::path(file));
+    let _ = std::fs::remove_file(&part_path);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&part)
+        .open(&part_path)
         .map_err(|e| format!("could not open {part} ({})", go_path_err("open", &part, &e)))?;
     let result = async {
         log_info("created temporary db file", &[("path", part.clone())]);
@@ -1154,13 +1178,13 @@ async fn save(file: &str, endpoint: &str) -> Result<(), String> {
                 ("size", human_bytes(written)),
             ],
         );
-        std::fs::rename(&part, file)
+        std::fs::rename(&part_path, &file_path)
             .map_err(|e| format!("could not rename {part} to {file} ({e})"))?;
         log_info("saved", &[("path", file.to_string())]);
         Ok(())
     }
     .await;
-    let _ = std::fs::remove_file(&part);
+    let _ = std::fs::remove_file(&part_path);
     result
 }
 
@@ -1187,15 +1211,15 @@ fn save_cmd(p: &Parsed) -> Result<(), Exit> {
     let file = &p.args[0];
     rt.block_on(save(file, &endpoints[0]))
         .map_err(|e| exit(EXIT_INTERRUPTED, e))?;
-    println!("Snapshot saved at {file}");
+    outln!("Snapshot saved at {file}");
     Ok(())
 }
 
 fn migrate_cmd(p: &Parsed) -> Result<(), Exit> {
     let member = NewMember::from_flags(p);
     let wal = p.get("etcd-wal-dir");
-    let wal = (!wal.is_empty()).then(|| Path::new(wal));
-    migrate::migrate(Path::new(p.get("etcd-data-dir")), wal, &member)?;
+    let wal = (!wal.is_empty()).then(|| raw::path(wal));
+    migrate::migrate(&raw::path(p.get("etcd-data-dir")), wal.as_deref(), &member)?;
     Ok(())
 }
 
@@ -1203,10 +1227,10 @@ fn migrate_cmd(p: &Parsed) -> Result<(), Exit> {
 fn help_cmd(root: &Cmd, p: &Parsed) {
     let (path, _, err) = cobra::find(root, &p.args);
     if err.is_some() {
-        eprintln!("Unknown help topic {}", cobra::go_backquote_list(&p.args));
-        eprint!("{}", cobra::usage_with(root, &[], false));
+        errln!("Unknown help topic {}", cobra::go_backquote_list(&p.args));
+        errw!("{}", cobra::usage_with(root, &[], false));
     } else {
-        print!("{}", cobra::usage(root, &path));
+        outw!("{}", cobra::usage(root, &path));
     }
 }
 
@@ -1217,8 +1241,8 @@ fn run(root: &Cmd, p: &Parsed) -> Result<(), Exit> {
         ["snapshot", "save"] => save_cmd(p),
         ["defrag"] => defrag_cmd(p),
         ["version"] => {
-            println!("etcdutl version: {VERSION}");
-            println!("API version: {API_VERSION}");
+            outln!("etcdutl version: {VERSION}");
+            outln!("API version: {API_VERSION}");
             Ok(())
         }
         ["backup"] => Err(exit(
@@ -1237,12 +1261,12 @@ fn run(root: &Cmd, p: &Parsed) -> Result<(), Exit> {
 fn main() {
     let args: Vec<String> = std::env::args_os()
         .skip(1)
-        .map(|a| a.to_string_lossy().into_owned())
+        .map(|a| retcd_gostd::raw::text(std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str())))
         .collect();
     let root = tree();
     let code = match cobra::execute(&root, &args) {
         Outcome::Help(path) => {
-            print!("{}", cobra::usage(&root, &path));
+            outw!("{}", cobra::usage(&root, &path));
             0
         }
         Outcome::FindError { path, msg } => {
@@ -1251,15 +1275,15 @@ fn main() {
                 cmd_path.push(' ');
                 cmd_path.push_str(p);
             }
-            eprintln!("Error: {msg}");
-            eprintln!("Run '{cmd_path} --help' for usage.");
-            eprintln!("Error: {msg}");
+            errln!("Error: {msg}");
+            errln!("Run '{cmd_path} --help' for usage.");
+            errln!("Error: {msg}");
             EXIT_ERROR
         }
         Outcome::FlagError { path, msg } => {
-            eprintln!("Error: {msg}");
-            eprintln!("{}", cobra::usage(&root, &path));
-            eprintln!("Error: {msg}");
+            errln!("Error: {msg}");
+            errln!("{}", cobra::usage(&root, &path));
+            errln!("Error: {msg}");
             EXIT_ERROR
         }
         Outcome::Run(p) => match run(&root, &p) {
@@ -1290,6 +1314,10 @@ mod tests {
             "no such file or directory"
         );
         assert_eq!(rfc3339_now().len(), 20);
+        assert_eq!(
+            zap_json_string(&raw::text(b"out\xfd/\"x\"\xf0\x9f\x98")),
+            r#""out\ufffd/\"x\"\ufffd\ufffd\ufffd""#
+        );
     }
 
     #[test]

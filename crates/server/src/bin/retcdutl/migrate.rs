@@ -13,6 +13,7 @@
 //! out. A running etcd holds bbolt's lock on its db: the migration refuses
 //! to read a member that is still running.
 
+use retcd_gostd::raw;
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 
@@ -60,28 +61,29 @@ pub(crate) fn migrate(
     if !db_path.is_file() {
         bail!(
             "{} is not an etcd data dir: no member/snap/db",
-            etcd_dir.display()
+            raw::path_text(etcd_dir)
         );
     }
-    let db = File::open(&db_path).with_context(|| format!("cannot open {}", db_path.display()))?;
+    let db = File::open(&db_path)
+        .with_context(|| format!("cannot open {}", raw::path_text(&db_path)))?;
     // etcd holds an exclusive flock on its db while it runs.
     match db.try_lock_shared() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => bail!(
             "{} is locked: the etcd member is still running (stop it first)",
-            db_path.display()
+            raw::path_text(&db_path)
         ),
         Err(TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("cannot lock {}", db_path.display()))
+            return Err(e).with_context(|| format!("cannot lock {}", raw::path_text(&db_path)))
         }
     }
     let nc = new_cluster(member)?;
     let r = BoltReader::from_file(db.try_clone()?)
-        .with_context(|| format!("cannot read the etcd backend {}", db_path.display()))?;
+        .with_context(|| format!("cannot read the etcd backend {}", raw::path_text(&db_path)))?;
     let ci = consistent_index(&r)?;
-    eprintln!(
+    errln!(
         "etcd backend {}: applied through raft index {ci}",
-        db_path.display()
+        raw::path_text(&db_path)
     );
 
     let mut progress: Option<Progress> = None;
@@ -90,7 +92,7 @@ pub(crate) fn migrate(
             .get_or_insert_with(|| Progress::new("reading etcd wal", total))
             .at(done)
     })
-    .with_context(|| format!("cannot read the etcd WAL in {}", wal_dir.display()))?;
+    .with_context(|| format!("cannot read the etcd WAL in {}", raw::path_text(&wal_dir)))?;
     let commit = log.hard_state.commit;
     let first = log.entries.first().map(|e| e.index);
     if let Some(first) = first {
@@ -125,9 +127,9 @@ pub(crate) fn migrate(
             None => left_out += 1,
         }
     }
-    eprintln!(
+    errln!(
         "etcd WAL {}: {} entries, commit index {commit}{}; replaying {} entries after index {ci} ({left_out} change nothing retcd keeps, {uncommitted} past the commit index were never acknowledged)",
-        wal_dir.display(),
+        raw::path_text(&wal_dir),
         log.entries.len(),
         if log.torn_tail { ", torn last record dropped" } else { "" },
         entries.len(),
@@ -143,10 +145,10 @@ pub(crate) fn migrate(
     .inspect_err(|_| {
         let _ = std::fs::remove_dir_all(&data_dir);
     })?;
-    println!(
+    outln!(
         "migrated {} to {} ({rows} backend rows plus {} replayed entries; member {:x}, cluster {:x})",
-        etcd_dir.display(),
-        data_dir.display(),
+        raw::path_text(etcd_dir),
+        raw::path_text(&data_dir),
         entries.len(),
         nc.member_id,
         nc.cluster_id
