@@ -420,7 +420,8 @@ const PROBES: &str = "--auth-token simple => serves
     --auth-token jwt,sign-method=RS256 => refused
     --auth-token jwt,pub-key=PUB,priv-key=PRIV,sign-method=BOGUS => refused
     --auth-token jwt,pub-key=PUB.no,priv-key=PRIV.no,sign-method=RS256 => refused
-    --bcrypt-cost 100 => serves";
+    --bcrypt-cost 100 => serves
+    --auth-token= => serves";
 
 /// After SETUP with `--auth-token jwt,…`, restarted: the same JWT works;
 /// a forged or an unsigned one claiming root is invalid; a JWT of an older
@@ -489,4 +490,30 @@ async fn jwt_scenario(flavor: Flavor) -> Transcript {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jwt_tokens_same_as_etcd() {
     same_as_etcd(LIMIT, jwt_scenario, compare).await;
+}
+
+/// `--auth-token=''` (etcd's tokenNop): auth can be enabled, but no one
+/// gets a token, and no token is valid.
+const NOP: &str = r#"0 user add root:rootpw => 0 User root created
+    0 auth enable => 0 Authentication Enabled
+    0 --user=root:rootpw get k => 2 authentication failed, invalid user ID or password
+    0 --user=root:bad get k => 2 authentication failed, invalid user ID or password
+    0 --user=nosuch:pw get k => 2 authentication failed, invalid user ID or password
+    0 get k => 1 user name is empty
+    0 @any range k => err Unauthenticated "etcdserver: invalid auth token"
+    0 --user=root:rootpw auth disable => 2 authentication failed, invalid user ID or password"#;
+
+async fn nop_scenario(flavor: Flavor) -> Transcript {
+    let mut t = Transcript::new(flavor);
+    let c = Cluster::start(flavor, 1, &["--auth-token="])
+        .await
+        .expect("start with --auth-token=''");
+    t.run(&c.endpoints(), &[("any", "abcdefghijklmnop.1")], NOP)
+        .await;
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nop_token_provider_same_as_etcd() {
+    same_as_etcd(LIMIT, nop_scenario, compare).await;
 }

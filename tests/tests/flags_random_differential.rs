@@ -58,8 +58,9 @@
 //! that needs peers), `--experimental-enable-distributed-tracing=true` and
 //! `--experimental-memory-mlock=true`, `systemd/journal` log outputs, host
 //! names other than `localhost` and `vm` in URLs (no name is resolved
-//! through DNS; `vm` is in this machine's /etc/hosts and only used in
-//! listen URLs, which etcd never resolves), the `gateway` / `grpc-proxy`
+//! through DNS; `vm` is in this machine's /etc/hosts: etcd never resolves
+//! listen URLs, and resolves advertised peer URLs through the files
+//! before DNS), the `gateway` / `grpc-proxy`
 //! commands, and every flag only newer etcd (3.5.x later than 3.5.1, 3.6)
 //! or only retcd has (etcd 3.5.1 does not know them; retcd accepts them:
 //! `tests/ops/etcd-flags-3.5.33-3.6.txt` lists them). The default ports
@@ -1651,6 +1652,23 @@ fn prelude() -> Vec<Step> {
                 &["--listen-client-urls=http://vm:{C}"],
             ),
         ),
+        // etcd resolves advertised peer URLs' host names (not IPs, not
+        // localhost) before it compares them with --initial-cluster
+        // (seed 22)
+        step(
+            "an advertised peer URL by a host name that resolves to the cluster's",
+            base(
+                &["initial-advertise-peer-urls"],
+                &["--initial-advertise-peer-urls=http://vm:{P}"],
+            ),
+        ),
+        step(
+            "an advertised peer URL by a host name that resolves elsewhere",
+            base(
+                &["initial-advertise-peer-urls"],
+                &["--initial-advertise-peer-urls=http://vm:1"],
+            ),
+        ),
         step(
             "an advertised URL without a host",
             base(
@@ -1846,6 +1864,16 @@ fn prelude() -> Vec<Step> {
         step(
             "an unknown --auth-token",
             base(&[], &["--auth-token=bogus"]),
+        ),
+        // no token type: etcd's tokenNop, it serves (seed 23)
+        step("an empty --auth-token", base(&[], &["--auth-token="])),
+        // the token provider is made after the cluster is fetched (seed 23)
+        step(
+            "an unknown --auth-token joining a cluster that is not there",
+            base(
+                &[],
+                &["--auth-token=bogus", "--initial-cluster-state=existing"],
+            ),
         ),
         step(
             "a unixs client URL without certificates",

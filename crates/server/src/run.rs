@@ -117,7 +117,13 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         let acceptor = https_acceptor(&url, &tls.client_acceptor, &cfg, false)?;
         client_listeners.push((grpc, addr, l, acceptor));
     }
-    cfg.verify_bootstrap().map_err(anyhow::Error::msg)?;
+    // It may resolve peer URLs' host names (up to 30 s): a blocking thread.
+    {
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || cfg.verify_bootstrap())
+            .await?
+            .map_err(anyhow::Error::msg)?;
+    }
 
     // Opening the data dir replays the WAL (and joining asks a peer): a
     // blocking thread, not a runtime worker.

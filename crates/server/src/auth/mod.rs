@@ -137,7 +137,7 @@ impl AuthStore {
     pub fn sign_jwt(&self, username: &str) -> Result<String, AuthError> {
         match &self.provider {
             TokenProvider::Jwt(j) => j.sign(username, self.revision()),
-            TokenProvider::Simple(_) => Err(AuthError::InvalidAuthToken),
+            TokenProvider::Simple(_) | TokenProvider::Nop => Err(AuthError::InvalidAuthToken),
         }
     }
 
@@ -162,6 +162,7 @@ impl AuthStore {
                 let username = tokens.user(token).ok_or(AuthError::InvalidAuthToken)?;
                 Ok(Some(AuthInfo { username, revision }))
             }
+            TokenProvider::Nop => Err(AuthError::InvalidAuthToken),
         }
     }
 
@@ -278,6 +279,11 @@ mod tests {
         assert!(matches!(
             TokenProvider::from_flag("simple", ttl),
             Ok(TokenProvider::Simple(_))
+        ));
+        // no type: etcd's tokenNop
+        assert!(matches!(
+            TokenProvider::from_flag("", ttl),
+            Ok(TokenProvider::Nop)
         ));
         for bad in [
             "bogus",

@@ -279,9 +279,12 @@ impl AuthStore {
             return Err(AuthError::AuthFailed);
         }
         // A JWT is signed by the member that took the request, after the
-        // apply (off the raft thread).
-        let TokenProvider::Simple(tokens) = &self.provider else {
-            return Ok(Applied::Token(None));
+        // apply (off the raft thread); `Nop` gives none (etcd's
+        // tokenNop.assign).
+        let tokens = match &self.provider {
+            TokenProvider::Simple(tokens) => tokens,
+            TokenProvider::Jwt(_) => return Ok(Applied::Token(None)),
+            TokenProvider::Nop => return Err(AuthError::AuthFailed),
         };
         let token = format!("{prefix}.{index}");
         tokens.register(token.clone(), name);

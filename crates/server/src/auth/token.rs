@@ -12,12 +12,15 @@ pub enum TokenProvider {
     Simple(SimpleTokens),
     /// Signed JSON web tokens, verified by any member without shared state.
     Jwt(Jwt),
+    /// `--auth-token=''`: etcd's `tokenNop`. No token is ever given
+    /// (Authenticate fails as a bad password would) and none is valid.
+    Nop,
 }
 
 impl TokenProvider {
-    /// Parses etcd's `--auth-token` value: `simple`, or `jwt,` followed by
-    /// its options (see [`Jwt::from_opts`]). `simple_ttl` is
-    /// `--auth-token-ttl`.
+    /// Parses etcd's `--auth-token` value: `simple`, `jwt,` followed by its
+    /// options (see [`Jwt::from_opts`]), or no type at all (`Nop`).
+    /// `simple_ttl` is `--auth-token-ttl`.
     pub fn from_flag(opt: &str, simple_ttl: Duration) -> Result<TokenProvider, String> {
         // etcd's decomposeOpts: `type,k=v,...`, each option exactly one
         // `=`, no option twice, nothing trimmed.
@@ -38,6 +41,7 @@ impl TokenProvider {
         match kind {
             "simple" => Ok(TokenProvider::Simple(SimpleTokens::new(simple_ttl))),
             "jwt" => Jwt::from_opts(&opts).map(TokenProvider::Jwt),
+            "" => Ok(TokenProvider::Nop),
             other => Err(format!(
                 "auth: invalid auth options (unknown token type {other:?} in --auth-token)"
             )),

@@ -1069,32 +1069,18 @@ pub fn urls_map_string(m: &BTreeMap<String, Vec<String>>) -> String {
 /// etcd's `ServerConfig.advertiseMatchesCluster`, its texts included, for
 /// the member `name` whose `--initial-cluster` URLs are `cluster` (sorted)
 /// and whose `--initial-advertise-peer-urls` are `peers` (sorted, each
-/// once). Nothing is resolved: etcd resolves no IP
-/// and not `localhost`. The server's start and retcdutl's restore both
-/// check it.
+/// once): they match when [`urls_equal`] (hosts resolved), and the texts
+/// of a mismatch compare them as written. The server's start and
+/// retcdutl's restore both check it. May wait on name resolution (up to
+/// 30 s): not on a runtime worker.
 pub fn advertise_matches_cluster(
     name: &str,
     cluster: &[String],
     peers: &[String],
 ) -> Result<(), String> {
-    use retcd_gostd::strconv::quote;
-    let list = |v: &[String]| {
-        let q: Vec<String> = v.iter().map(|u| quote(u)).collect();
-        format!("[{}]", q.join(" "))
-    };
-    let why = if peers.len() != cluster.len() {
-        format!("len({}) != len({})", list(peers), list(cluster))
-    } else {
-        match peers.iter().zip(cluster).find(|(a, b)| a != b) {
-            None => return Ok(()),
-            Some((a, b)) => format!(
-                "{}(resolved from {}) != {}(resolved from {})",
-                quote(a),
-                quote(a),
-                quote(b),
-                quote(b)
-            ),
-        }
+    let why = match urls_equal(peers, cluster) {
+        Ok(()) => return Ok(()),
+        Err(why) => why,
     };
     let ap = peers.join(",");
     // etcd collects the URLs in maps: each is named once
@@ -1128,6 +1114,125 @@ pub fn advertise_matches_cluster(
     ))
 }
 
+fn quoted_list(v: &[String]) -> String {
+    let q: Vec<String> = v.iter().map(|u| retcd_gostd::strconv::quote(u)).collect();
+    format!("[{}]", q.join(" "))
+}
+
+/// etcd's `netutil.URLStringsEqual` of two URL lists: equal once every
+/// host that is neither an IP nor `localhost` is resolved (its first
+/// address, as Go's resolver gives it) and each list is sorted. A name
+/// that does not resolve is tried again every second, for 30 s in all, as
+/// etcd does (a peer's DNS name may not exist yet while its cluster comes
+/// up). `Err` says why not, in etcd's words.
+pub fn urls_equal(a: &[String], b: &[String]) -> Result<(), String> {
+    if a.len() != b.len() {
+        return Err(format!(
+            "len({}) != len({})",
+            quoted_list(a),
+            quoted_list(b)
+        ));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let resolve_all = |v: &[String]| -> Result<Vec<String>, String> {
+        v.iter().map(|u| resolve_url(u, deadline)).collect()
+    };
+    let (mut ra, mut rb) = (resolve_all(a)?, resolve_all(b)?);
+    ra.sort();
+    rb.sort();
+    // As etcd: the i-th of each list resolved and sorted, beside the i-th
+    // as given.
+    match ra.iter().zip(&rb).position(|(x, y)| x != y) {
+        None => Ok(()),
+        Some(i) => {
+            use retcd_gostd::strconv::quote;
+            Err(format!(
+                "{}(resolved from {}) != {}(resolved from {})",
+                quote(&ra[i]),
+                quote(&a[i]),
+                quote(&rb[i]),
+                quote(&b[i])
+            ))
+        }
+    }
+}
+
+/// etcd's `netutil.resolveURL`: `u` with its host resolved to `ip:port`,
+/// or as it is for a unix socket, an IP or `localhost`.
+fn resolve_url(u: &str, deadline: std::time::Instant) -> Result<String, String> {
+    let failed = |e: String| format!("failed to resolve {} ({e})", retcd_gostd::strconv::quote(u));
+    let Some((scheme, rest)) = u.split_once("://") else {
+        return Ok(u.to_string());
+    };
+    if scheme == "unix" || scheme == "unixs" {
+        return Ok(u.to_string());
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (user, host_port) = match rest[..end].rsplit_once('@') {
+        Some((user, hp)) => (&rest[..=user.len()], hp),
+        None => ("", &rest[..end]),
+    };
+    let (host, port) = split_host_port(host_port).map_err(failed)?;
+    if host == "localhost" || host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(u.to_string());
+    }
+    loop {
+        match lookup_host(host, port) {
+            Ok(addr) => {
+                tracing::info!(url = u, host = host_port, resolved_addr = %addr, "resolved URL Host");
+                return Ok(format!("{scheme}://{user}{addr}{}", &rest[end..]));
+            }
+            Err(e) if std::time::Instant::now() + Duration::from_secs(1) < deadline => {
+                tracing::warn!(url = u, host = host_port, retry_interval = "1s", error = %e, "failed to resolve URL Host");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(e) => return Err(failed(e)),
+        }
+    }
+}
+
+/// Go's `net.SplitHostPort`, its errors' texts included.
+fn split_host_port(hp: &str) -> Result<(&str, &str), String> {
+    let err = |why: &str| format!("address {hp}: {why}");
+    if let Some(inner) = hp.strip_prefix('[') {
+        let (host, after) = inner
+            .split_once(']')
+            .ok_or_else(|| err("missing ']' in address"))?;
+        let port = after
+            .strip_prefix(':')
+            .ok_or_else(|| err("missing port in address"))?;
+        return Ok((host, port));
+    }
+    let (host, port) = hp
+        .rsplit_once(':')
+        .ok_or_else(|| err("missing port in address"))?;
+    if host.contains(':') {
+        return Err(err("too many colons in address"));
+    }
+    Ok((host, port))
+}
+
+/// The first address `host` resolves to (the system's resolver: files,
+/// then DNS), as Go's `TCPAddr.String()`.
+fn lookup_host(host: &str, port: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("lookup tcp/{port}: unknown port"))?;
+    match (host, port).to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("lookup {host}: no such host")),
+        Err(e)
+            if e.to_string().contains("Name or service not known")
+                || e.to_string().contains("No address associated") =>
+        {
+            Err(format!("lookup {host}: no such host"))
+        }
+        Err(e) => Err(format!("lookup {host}: {e}")),
+    }
+}
+
 pub fn split_urls(s: &str) -> Vec<String> {
     s.split(',')
         .map(str::trim)
@@ -1158,6 +1263,33 @@ pub fn url_host_port(u: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_equal_as_etcd_netutil() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(urls_equal(&v(&["http://127.0.0.1:1"]), &v(&["http://127.0.0.1:1"])).is_ok());
+        assert_eq!(
+            urls_equal(&v(&["http://127.0.0.1:1"]), &v(&[])).unwrap_err(),
+            r#"len(["http://127.0.0.1:1"]) != len([])"#
+        );
+        assert_eq!(
+            urls_equal(&v(&["http://localhost:1"]), &v(&["http://127.0.0.1:1"])).unwrap_err(),
+            r#""http://localhost:1"(resolved from "http://localhost:1") != "http://127.0.0.1:1"(resolved from "http://127.0.0.1:1")"#
+        );
+        let far = std::time::Instant::now();
+        for same in ["unix://x", "http://u@localhost:1/p", "https://[::1]:2"] {
+            assert_eq!(resolve_url(same, far).as_deref(), Ok(same));
+        }
+        assert_eq!(split_host_port("[::1]:2"), Ok(("::1", "2")));
+        assert_eq!(
+            split_host_port("a:b:c").unwrap_err(),
+            "address a:b:c: too many colons in address"
+        );
+        assert_eq!(
+            resolve_url("http://vm", far).unwrap_err(),
+            r#"failed to resolve "http://vm" (address vm: missing port in address)"#
+        );
+    }
 
     #[test]
     fn test_defaults_match_etcd() {

@@ -49,22 +49,6 @@ impl EtcdServer {
     /// auto-compaction, corruption checks). Must run inside the runtime, on
     /// a blocking thread.
     pub fn start(cfg: Config, dialer: Dialer) -> anyhow::Result<Arc<EtcdServer>> {
-        let token_provider = crate::auth::TokenProvider::from_flag(
-            &cfg.auth_token,
-            Duration::from_secs(cfg.auth_token_ttl),
-        )
-        .map_err(|e| {
-            // etcd logs why; options it cannot parse fail as
-            // ErrInvalidAuthOpts alone, keys with their own text.
-            let e = e.to_string();
-            tracing::warn!(detail = %e, "failed to create token provider");
-            match e.split_once(" (") {
-                Some((head, _)) if head == "auth: invalid auth options" => {
-                    anyhow::anyhow!("{head}")
-                }
-                _ => anyhow::anyhow!("{e}"),
-            }
-        })?;
         std::fs::create_dir_all(cfg.snap_dir())
             .with_context(|| format!("cannot create data dir {}", cfg.snap_dir().display()))?;
         remove_partial_snapshots(&cfg.snap_dir());
@@ -197,6 +181,25 @@ impl EtcdServer {
         let raw = raft::RawNode::new(&raft_cfg, storage.clone(), &logger)
             .map_err(|e| anyhow::anyhow!("cannot start raft: {e}"))?;
 
+        // As etcd's NewServer: the token provider is made once the data
+        // dir, the WAL and the cluster (a joining member's fetch included)
+        // are settled, so their errors come first.
+        let token_provider = crate::auth::TokenProvider::from_flag(
+            &cfg.auth_token,
+            Duration::from_secs(cfg.auth_token_ttl),
+        )
+        .map_err(|e| {
+            // etcd logs why; options it cannot parse fail as
+            // ErrInvalidAuthOpts alone, keys with their own text.
+            let e = e.to_string();
+            tracing::warn!(detail = %e, "failed to create token provider");
+            match e.split_once(" (") {
+                Some((head, _)) if head == "auth: invalid auth options" => {
+                    anyhow::anyhow!("{head}")
+                }
+                _ => anyhow::anyhow!("{e}"),
+            }
+        })?;
         // etcd's minTTL: ⌈(3 × election ticks / 2) × heartbeat⌉ in seconds.
         let min_ttl_ms = (3 * cfg.election_ticks() as u64 / 2) * cfg.heartbeat_interval;
         let request_timeout =
