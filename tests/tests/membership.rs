@@ -823,3 +823,107 @@ async fn test_etcdctl_member_commands() {
 fn snapshot_of(live: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
     live.lock().unwrap().clone()
 }
+
+/// What a member joining with `--initial-cluster-state existing` says of
+/// the cluster it fetched: first with `--initial-cluster` naming the first
+/// member by a URL that is not its own, `localhost` for its IP (refused: etcd's
+/// ValidateClusterAndAssignIDs text, IDs and ports masked), then naming
+/// it by the host name `vm` (this machine's /etc/hosts: 127.0.0.1), which
+/// etcd resolves and accepts.
+async fn join_by_peer_urls(flavor: retcd_tests::Flavor) -> Vec<String> {
+    let mut c = match flavor {
+        retcd_tests::Flavor::Etcd => {
+            Cluster::start_with_binary(flavor, retcd_tests::etcd351_bin(), 1, FAST).await
+        }
+        retcd_tests::Flavor::Retcd => Cluster::start(flavor, 1, FAST).await,
+    }
+    .expect("start");
+    let mut cl = c.client(0).await.expect("client");
+    let (cport, pport) = Cluster::new_ports();
+    let purl = format!("http://127.0.0.1:{pport}");
+    let added = member_add_when_healthy(&mut cl, &purl, true, HEALTHY)
+        .await
+        .expect("add a learner");
+    let new_id = added.member().map(|m| m.id()).expect("the added member");
+    let ic = initial_cluster_for(&mut cl, "m1")
+        .await
+        .expect("initial cluster");
+    let first = c.members[0].peer_url();
+    let p0 = first.rsplit(':').next().expect("a port").to_string();
+    // The last resolver error is the last local member's: the order of
+    // their IDs (from the URLs and the token) differs between runs.
+    let mask = |s: &str| {
+        s.replace(&format!("{new_id:x}"), "<NEW>")
+            .replace(&p0, "<P0>")
+            .replace(&pport.to_string(), "<P1>")
+            .replace("http://localhost:<P0>", "<LOCAL>")
+            .replace("http://127.0.0.1:<P1>", "<LOCAL>")
+    };
+    let mut seen = Vec::new();
+    // Not its own URL (but one the cluster can be fetched from): refused.
+    let bad = ic.replace(&first, &first.replace("127.0.0.1", "localhost"));
+    let i = c.add_joining_member("m1", cport, pport, &bad, FAST);
+    c.members[i].start();
+    let status = c.members[i].wait_exit(Duration::from_secs(20));
+    let log = c.members[i].log();
+    let line = log
+        .lines()
+        .find_map(|l| {
+            l.split_once("error validating peerURLs ")
+                .map(|x| x.1.to_string())
+        })
+        .unwrap_or_else(|| format!("no validation error in the log: {log}"));
+    // after the fetched cluster's text, what did not match
+    let why = line
+        .split_once("}: ")
+        .map(|x| x.1)
+        .unwrap_or(&line)
+        .trim_end_matches(['"', '}'])
+        .split("\",\"")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    // the member's ID is in it: the first member's, whatever it is
+    let id0 = why
+        .split_once("member (")
+        .and_then(|x| x.1.split_once(','))
+        .map(|x| x.0.to_string())
+        .unwrap_or_default();
+    seen.push(format!(
+        "refused: {} {}",
+        status.is_some_and(|s| !s.success()),
+        mask(&why.replacen(&id0, "<ID0>", 1))
+    ));
+    // By a name that resolves to its URL: it joins.
+    let _ = std::fs::remove_dir_all(c.members[i].data_dir());
+    c.members.pop();
+    let by_name = ic.replace(&first, &first.replace("127.0.0.1", "vm"));
+    let i = c.add_joining_member("m1", cport, pport, &by_name, FAST);
+    c.members[i].start();
+    cl.put("joined", "yes", None).await.expect("put");
+    let served = tokio::time::timeout(
+        READY,
+        wait_key(&c.members[i].endpoint(), "joined", "yes", READY),
+    )
+    .await
+    .is_ok();
+    seen.push(format!("joins by a resolved name: {served}"));
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_matches_peer_urls_resolved_as_etcd() {
+    bounded(LIMIT, async {
+        // etcd 3.5.1 (its texts are 3.4's, its log zap's)
+        let want = join_by_peer_urls(retcd_tests::Flavor::Etcd).await;
+        let got = join_by_peer_urls(retcd_tests::Flavor::Retcd).await;
+        assert_eq!(want.len(), 2, "{want:?}");
+        assert!(
+            want[0].starts_with("refused: true PeerURLs: no match found"),
+            "{want:?}"
+        );
+        assert_eq!(want[1], "joins by a resolved name: true", "{want:?}");
+        assert_eq!(got, want);
+    })
+    .await;
+}

@@ -1126,6 +1126,16 @@ fn quoted_list(v: &[String]) -> String {
 /// etcd does (a peer's DNS name may not exist yet while its cluster comes
 /// up). `Err` says why not, in etcd's words.
 pub fn urls_equal(a: &[String], b: &[String]) -> Result<(), String> {
+    urls_equal_until(a, b, std::time::Instant::now() + Duration::from_secs(30))
+}
+
+/// [`urls_equal`], resolving names until `deadline` (etcd gives a whole
+/// check one 30 s context).
+pub fn urls_equal_until(
+    a: &[String],
+    b: &[String],
+    deadline: std::time::Instant,
+) -> Result<(), String> {
     if a.len() != b.len() {
         return Err(format!(
             "len({}) != len({})",
@@ -1133,7 +1143,6 @@ pub fn urls_equal(a: &[String], b: &[String]) -> Result<(), String> {
             quoted_list(b)
         ));
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let resolve_all = |v: &[String]| -> Result<Vec<String>, String> {
         v.iter().map(|u| resolve_url(u, deadline)).collect()
     };

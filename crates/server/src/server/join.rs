@@ -4,7 +4,7 @@
 //! `ValidateClusterAndAssignIDs`). Runs during bootstrap, on a blocking
 //! thread.
 
-use crate::config::{split_urls, Config};
+use crate::config::Config;
 use crate::ids::Hex;
 use crate::tls::Dialer;
 use retcd_api::retcdpb::raft_peer_client::RaftPeerClient;
@@ -20,8 +20,10 @@ use std::time::Duration;
 /// a mismatch is retried for a few seconds before giving up.
 pub fn join_existing(cfg: &Config, dialer: &Dialer) -> anyhow::Result<(u64, u64, Vec<Member>)> {
     let mut attempt = 0;
+    // one bound for resolving peer URLs' names over every attempt
+    let resolve_until = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        match join_existing_once(cfg, dialer) {
+        match join_existing_once(cfg, dialer, resolve_until) {
             Ok(r) => return Ok(r),
             Err(e) if attempt < 10 => {
                 tracing::warn!(error = %e, "cannot join the cluster yet; retrying");
@@ -33,10 +35,12 @@ pub fn join_existing(cfg: &Config, dialer: &Dialer) -> anyhow::Result<(u64, u64,
     }
 }
 
-fn join_existing_once(cfg: &Config, dialer: &Dialer) -> anyhow::Result<(u64, u64, Vec<Member>)> {
+fn join_existing_once(
+    cfg: &Config,
+    dialer: &Dialer,
+    resolve_until: std::time::Instant,
+) -> anyhow::Result<(u64, u64, Vec<Member>)> {
     let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
-    let mut own_urls = split_urls(&cfg.initial_advertise_peer_urls);
-    own_urls.sort();
     let peer_urls: Vec<String> = initial
         .iter()
         .filter(|m| m.name != cfg.name)
@@ -68,35 +72,83 @@ fn join_existing_once(cfg: &Config, dialer: &Dialer) -> anyhow::Result<(u64, u64
             "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs"
         )
     })?;
+    // etcd's ValidateClusterAndAssignIDs: as many members, and each of the
+    // cluster's matched by its peer URLs (names resolved) to one named in
+    // --initial-cluster, whose ID it gives.
+    let invalid =
+        |why: String| anyhow::anyhow!("error validating peerURLs {}: {why}", cluster_string(&resp));
     if resp.members.len() != initial.len() {
-        anyhow::bail!(
-            "error validating peerURLs {{ClusterID:{} Members:[{}]}}: member count is unequal",
-            Hex(resp.cluster_id),
-            resp.members
-                .iter()
-                .map(|m| format!("{}={:?}", Hex(m.id), m.peer_urls))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
+        return Err(invalid("member count is unequal".into()));
     }
-    let own = resp
-        .members
-        .iter()
-        .find(|m| {
-            let mut u = m.peer_urls.clone();
-            u.sort();
-            u == own_urls
-        })
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "error validating peerURLs: unmatched member while checking PeerURLs ({own_urls:?} is not a member of cluster {})",
-                Hex(resp.cluster_id)
-            )
-        })?;
+    // etcd's RaftCluster.Members(): each list in ID order (the local one's
+    // IDs from the URLs and the token, as NewClusterFromURLsMap)
+    let mut initial = initial;
+    initial.sort_by_cached_key(|m| {
+        let mut urls = m.peer_urls.clone();
+        urls.sort();
+        crate::ids::member_id(&urls, &cfg.initial_cluster_token)
+    });
+    let mut own = None;
+    let mut existing: Vec<&Member> = resp.members.iter().collect();
+    existing.sort_by_key(|m| m.id);
+    for em in existing {
+        let mut last = "<nil>".to_string();
+        let found = initial.iter().find(|lm| {
+            match crate::config::urls_equal_until(&em.peer_urls, &lm.peer_urls, resolve_until) {
+                Ok(()) => true,
+                Err(e) => {
+                    last = e;
+                    false
+                }
+            }
+        });
+        match found {
+            Some(lm) if lm.name == cfg.name => own = Some(em),
+            Some(_) => {}
+            None => {
+                return Err(invalid(format!(
+                    "PeerURLs: no match found for existing member ({}, [{}]), last resolver error ({last})",
+                    Hex(em.id),
+                    em.peer_urls.join(" ")
+                )))
+            }
+        }
+    }
+    let own = own.ok_or_else(|| {
+        invalid(format!(
+            "PeerURLs: no existing member matches {}'s",
+            retcd_gostd::strconv::quote(&cfg.name)
+        ))
+    })?;
     if !own.client_urls.is_empty() {
         anyhow::bail!("member {} has already been bootstrapped", Hex(own.id));
     }
     let mut members = resp.members.clone();
     members.sort_by_key(|m| m.id);
     Ok((resp.cluster_id, own.id, members))
+}
+
+/// etcd's `RaftCluster.String()` of a fetched cluster (its members as Go's
+/// `%+v`, in ID order where etcd's map gives any order).
+fn cluster_string(c: &retcd_api::retcdpb::MembersResponse) -> String {
+    let mut ms: Vec<&Member> = c.members.iter().collect();
+    ms.sort_by_key(|m| m.id);
+    let ms: Vec<String> = ms
+        .iter()
+        .map(|m| {
+            format!(
+                "&{{ID:{} RaftAttributes:{{PeerURLs:[{}] IsLearner:{}}} Attributes:{{Name:{} ClientURLs:[{}]}}}}",
+                Hex(m.id),
+                m.peer_urls.join(" "),
+                m.is_learner,
+                m.name,
+                m.client_urls.join(" ")
+            )
+        })
+        .collect();
+    format!(
+        "{{ClusterID:{} Members:[{}] RemovedMemberIDs:[]}}",
+        Hex(c.cluster_id),
+        ms.join(" ")
+    )
 }
