@@ -1865,6 +1865,12 @@ fn prelude() -> Vec<Step> {
             "an unknown --auth-token",
             base(&[], &["--auth-token=bogus"]),
         ),
+        // the compaction retention is parsed before the cluster is looked
+        // at (seed 38)
+        step(
+            "a bad compaction retention and a name not in the cluster",
+            base(&[], &["--auto-compaction-retention=1.5", "--name=n1"]),
+        ),
         // no token type: etcd's tokenNop, it serves (seed 23)
         step("an empty --auth-token", base(&[], &["--auth-token="])),
         // the token provider is made after the cluster is fetched (seed 23)

@@ -927,3 +927,70 @@ async fn join_matches_peer_urls_resolved_as_etcd() {
     })
     .await;
 }
+
+/// A member of a running 3-member cluster loses its data dir and is
+/// started again with the same command line (`--initial-cluster-state
+/// new`): the others know its ID and its client URLs, so it refuses to
+/// bootstrap a fresh log (etcd's isMemberBootstrapped), rather than join
+/// with a log that forgot its votes.
+async fn wiped_member_restart(flavor: retcd_tests::Flavor) -> String {
+    let mut c = match flavor {
+        retcd_tests::Flavor::Etcd => {
+            Cluster::start_with_binary(flavor, retcd_tests::etcd351_bin(), 3, FAST).await
+        }
+        retcd_tests::Flavor::Retcd => Cluster::start(flavor, 3, FAST).await,
+    }
+    .expect("start");
+    let mut cl = c.client(0).await.expect("client");
+    let id = cl
+        .member_list()
+        .await
+        .expect("member list")
+        .members()
+        .iter()
+        .find(|m| m.name() == c.members[2].name)
+        .map(|m| m.id())
+        .expect("member 2 listed");
+    c.members[2].kill();
+    std::fs::remove_dir_all(c.members[2].data_dir()).expect("wipe its data dir");
+    c.members[2].start();
+    let status = c.members[2].wait_exit(Duration::from_secs(20));
+    let log = c.members[2].log();
+    let why = log
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.find("member ")
+                .filter(|_| l.contains("has already been bootstrapped"))
+                .map(|i| {
+                    l[i..]
+                        .split("bootstrapped")
+                        .next()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+        })
+        .unwrap_or_else(|| format!("no refusal in the log: {log}"));
+    // the others still serve (after electing a leader if it was the one)
+    retry_until(READY, Duration::from_millis(200), async || {
+        cl.put("after", "1", None).await.map(|_| ())
+    })
+    .await
+    .expect("a put on the other two");
+    format!(
+        "exits: {}; {}",
+        status.is_some_and(|s| !s.success()),
+        why.replace(&format!("{id:x}"), "<ID>")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wiped_member_refuses_to_bootstrap_again_as_etcd() {
+    bounded(LIMIT, async {
+        let want = wiped_member_restart(retcd_tests::Flavor::Etcd).await;
+        assert_eq!(want, "exits: true; member <ID> has already been ", "etcd");
+        let got = wiped_member_restart(retcd_tests::Flavor::Retcd).await;
+        assert_eq!(got, want);
+    })
+    .await;
+}

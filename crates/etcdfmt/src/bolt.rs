@@ -213,14 +213,25 @@ impl Mapped<'_> {
         if vsize < 16 {
             return Err(invalid("bucket header shorter than 16 bytes"));
         }
-        let v = self.bytes(vs, vsize)?;
         // bbolt reads an inline bucket in place when its value is 8-byte
         // aligned, else from a copy of the value
-        let at = self
+        let in_place = self
             .base
             .map(|b| b.saturating_add(vs as u64))
-            .filter(|a| a % 8 == 0)
-            .map(|a| a.saturating_add(16));
+            .filter(|a| a % 8 == 0);
+        let v = match in_place {
+            // In place bbolt reads the header and the inline page where
+            // they lie, never the value's length: a value longer than
+            // the file (a damaged size) reads as far as the file goes.
+            Some(a) => {
+                let mapped =
+                    usize::try_from(self.r.mapped_len().saturating_sub(a)).unwrap_or(usize::MAX);
+                self.bytes(vs, vsize.min(mapped).max(16))?
+            }
+            // cloneBytes reads all of it
+            None => self.bytes(vs, vsize)?,
+        };
+        let at = in_place.map(|a| a.saturating_add(16));
         Ok(match u64_at(&v, 0) {
             0 => BucketRoot::Inline(v[16..].to_vec(), at),
             r => BucketRoot::Page(r),

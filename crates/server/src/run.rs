@@ -117,6 +117,10 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         let acceptor = https_acceptor(&url, &tls.client_acceptor, &cfg, false)?;
         client_listeners.push((grpc, addr, l, acceptor));
     }
+    // embed.StartEtcd parses the compaction retention before NewServer
+    // looks at --initial-cluster (flags seed 38).
+    crate::server::compactor::parse(&cfg.auto_compaction_mode, &cfg.auto_compaction_retention)
+        .map_err(anyhow::Error::msg)?;
     // It may resolve peer URLs' host names (up to 30 s): a blocking thread.
     {
         let cfg = cfg.clone();

@@ -433,6 +433,9 @@ fn create_wal(
         });
     }
     let (members, member_id, cluster_id) = membership::initial_cluster(cfg)?;
+    if super::join::is_member_bootstrapped(cfg, dialer, member_id) {
+        anyhow::bail!("member {} has already been bootstrapped", Hex(member_id));
+    }
     let meta = WalMetadata {
         member_id,
         cluster_id,

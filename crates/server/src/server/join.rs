@@ -41,33 +41,7 @@ fn join_existing_once(
     resolve_until: std::time::Instant,
 ) -> anyhow::Result<(u64, u64, Vec<Member>)> {
     let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
-    let peer_urls: Vec<String> = initial
-        .iter()
-        .filter(|m| m.name != cfg.name)
-        .flat_map(|m| m.peer_urls.clone())
-        .collect();
-    let fetch = async move {
-        for url in &peer_urls {
-            let dial = match dialer.peer(url) {
-                Ok(d) => d.configure(|ep| {
-                    ep.connect_timeout(Duration::from_secs(1))
-                        .timeout(Duration::from_secs(2))
-                }),
-                Err(_) => continue,
-            };
-            let Ok(ch) = dial.connect().await else {
-                continue;
-            };
-            if let Ok(r) = RaftPeerClient::new(ch).members(MembersRequest {}).await {
-                return Some(r.into_inner());
-            }
-        }
-        None
-    };
-    // Bootstrap runs on a blocking thread of the runtime.
-    let resp = tokio::runtime::Handle::current()
-        .block_on(fetch)
-        .ok_or_else(|| {
+    let resp = fetch_cluster(cfg, dialer, Duration::from_secs(2)).ok_or_else(|| {
         anyhow::anyhow!(
             "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs"
         )
@@ -151,4 +125,57 @@ fn cluster_string(c: &retcd_api::retcdpb::MembersResponse) -> String {
         Hex(c.cluster_id),
         ms.join(" ")
     )
+}
+
+/// etcd's `getClusterFromRemotePeers`: the cluster as the first of the
+/// other members named in `--initial-cluster` (their peer URLs in
+/// lexicographic order) that answers `RaftPeer/Members` within `timeout`
+/// tells it. Runs on a blocking thread of the runtime.
+fn fetch_cluster(
+    cfg: &Config,
+    dialer: &Dialer,
+    timeout: Duration,
+) -> Option<retcd_api::retcdpb::MembersResponse> {
+    let initial = cfg.initial_members().ok()?;
+    let mut peer_urls: Vec<String> = initial
+        .iter()
+        .filter(|m| m.name != cfg.name)
+        .flat_map(|m| m.peer_urls.clone())
+        .collect();
+    peer_urls.sort();
+    let dialer = dialer.clone();
+    let fetch = async move {
+        for url in &peer_urls {
+            let dial = match dialer.peer(url) {
+                Ok(d) => {
+                    d.configure(|ep| ep.connect_timeout(Duration::from_secs(1)).timeout(timeout))
+                }
+                Err(_) => continue,
+            };
+            let Ok(ch) = dial.connect().await else {
+                continue;
+            };
+            if let Ok(r) = RaftPeerClient::new(ch).members(MembersRequest {}).await {
+                let r = r.into_inner();
+                // an empty list is no cluster (etcd: "failed to get raft
+                // cluster member(s)")
+                return (!r.members.is_empty()).then_some(r);
+            }
+        }
+        None
+    };
+    tokio::runtime::Handle::current().block_on(fetch)
+}
+
+/// etcd's `isMemberBootstrapped`: whether a member of the cluster already
+/// has this member's ID and has published client URLs, i.e. this member
+/// ran before and has lost its data dir. Bootstrapping it again would
+/// forget its log and its votes; etcd refuses, and so does retcd. Each
+/// peer asked gets 1 s (etcd's default bootstrap timeout).
+pub fn is_member_bootstrapped(cfg: &Config, dialer: &Dialer, member_id: u64) -> bool {
+    fetch_cluster(cfg, dialer, Duration::from_secs(1)).is_some_and(|c| {
+        c.members
+            .iter()
+            .any(|m| m.id == member_id && !m.client_urls.is_empty())
+    })
 }
