@@ -151,6 +151,17 @@ impl Cluster {
         connect(&[self.members[i].endpoint()]).await
     }
 
+    /// A plain gRPC channel to member `i` (for the generated clients,
+    /// where a test looks at what etcd-client hides: headers, raw
+    /// requests).
+    pub async fn channel(&self, i: usize) -> Result<tonic::transport::Channel> {
+        Ok(
+            tonic::transport::Channel::from_shared(self.members[i].endpoint())?
+                .connect()
+                .await?,
+        )
+    }
+
     /// A client balanced over the given members.
     pub async fn client_of(&self, idx: &[usize]) -> Result<Client> {
         let eps: Vec<String> = idx.iter().map(|&i| self.members[i].endpoint()).collect();

@@ -16,11 +16,7 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 async fn channel(c: &Cluster) -> Channel {
-    Channel::from_shared(c.endpoints()[0].clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect")
+    c.channel(0).await.expect("connect")
 }
 
 fn err<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> (Code, String) {

@@ -768,11 +768,7 @@ async fn keepalive_headers(flavor: Flavor) -> Vec<String> {
     };
     use tokio_stream::wrappers::ReceiverStream;
     let c = Cluster::start(flavor, 1, &[]).await.expect("start");
-    let ch = tonic::transport::Channel::from_shared(c.endpoints()[0].clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
+    let ch = c.channel(0).await.expect("connect");
     let id = LeaseClient::new(ch.clone())
         .lease_grant(LeaseGrantRequest { ttl: 30, id: 0 })
         .await

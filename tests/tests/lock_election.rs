@@ -443,11 +443,7 @@ async fn observe_before_a_leader(flavor: Flavor) -> Vec<String> {
         election_client::ElectionClient, CampaignRequest, LeaderRequest,
     };
     let c = Cluster::start(flavor, 1, &[]).await.expect("start");
-    let ch = tonic::transport::Channel::from_shared(c.endpoints()[0].clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
+    let ch = c.channel(0).await.expect("connect");
     let name = b"no-leader-yet".to_vec();
     let mut obs = ElectionClient::new(ch.clone());
     let req = LeaderRequest { name: name.clone() };

@@ -824,6 +824,18 @@ fn snapshot_of(live: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
     live.lock().unwrap().clone()
 }
 
+/// `n` members of etcd 3.5.1 (the etcd whose texts retcd's bootstrap
+/// follows) or of retcd.
+async fn start_against_351(flavor: retcd_tests::Flavor, n: usize) -> Cluster {
+    match flavor {
+        retcd_tests::Flavor::Etcd => {
+            Cluster::start_with_binary(flavor, retcd_tests::etcd351_bin(), n, FAST).await
+        }
+        retcd_tests::Flavor::Retcd => Cluster::start(flavor, n, FAST).await,
+    }
+    .expect("start")
+}
+
 /// What a member joining with `--initial-cluster-state existing` says of
 /// the cluster it fetched: first with `--initial-cluster` naming the first
 /// member by a URL that is not its own, `localhost` for its IP (refused: etcd's
@@ -831,13 +843,7 @@ fn snapshot_of(live: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
 /// it by the host name `vm` (this machine's /etc/hosts: 127.0.0.1), which
 /// etcd resolves and accepts.
 async fn join_by_peer_urls(flavor: retcd_tests::Flavor) -> Vec<String> {
-    let mut c = match flavor {
-        retcd_tests::Flavor::Etcd => {
-            Cluster::start_with_binary(flavor, retcd_tests::etcd351_bin(), 1, FAST).await
-        }
-        retcd_tests::Flavor::Retcd => Cluster::start(flavor, 1, FAST).await,
-    }
-    .expect("start");
+    let mut c = start_against_351(flavor, 1).await;
     let mut cl = c.client(0).await.expect("client");
     let (cport, pport) = Cluster::new_ports();
     let purl = format!("http://127.0.0.1:{pport}");
@@ -934,13 +940,7 @@ async fn join_matches_peer_urls_resolved_as_etcd() {
 /// bootstrap a fresh log (etcd's isMemberBootstrapped), rather than join
 /// with a log that forgot its votes.
 async fn wiped_member_restart(flavor: retcd_tests::Flavor) -> String {
-    let mut c = match flavor {
-        retcd_tests::Flavor::Etcd => {
-            Cluster::start_with_binary(flavor, retcd_tests::etcd351_bin(), 3, FAST).await
-        }
-        retcd_tests::Flavor::Retcd => Cluster::start(flavor, 3, FAST).await,
-    }
-    .expect("start");
+    let mut c = start_against_351(flavor, 3).await;
     let mut cl = c.client(0).await.expect("client");
     let id = cl
         .member_list()
