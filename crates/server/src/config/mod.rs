@@ -1181,7 +1181,13 @@ fn resolve_url(u: &str, deadline: std::time::Instant) -> Result<String, String> 
         Some((user, hp)) => (&rest[..=user.len()], hp),
         None => ("", &rest[..end]),
     };
-    let (host, port) = split_host_port(host_port).map_err(failed)?;
+    let (host, port) = flags::split_host_port(host_port).ok_or_else(|| {
+        let why = match host_port.contains(':') {
+            true => "too many colons in address",
+            false => "missing port in address",
+        };
+        failed(format!("address {host_port}: {why}"))
+    })?;
     if host == "localhost" || host.parse::<std::net::IpAddr>().is_ok() {
         return Ok(u.to_string());
     }
@@ -1198,27 +1204,6 @@ fn resolve_url(u: &str, deadline: std::time::Instant) -> Result<String, String> 
             Err(e) => return Err(failed(e)),
         }
     }
-}
-
-/// Go's `net.SplitHostPort`, its errors' texts included.
-fn split_host_port(hp: &str) -> Result<(&str, &str), String> {
-    let err = |why: &str| format!("address {hp}: {why}");
-    if let Some(inner) = hp.strip_prefix('[') {
-        let (host, after) = inner
-            .split_once(']')
-            .ok_or_else(|| err("missing ']' in address"))?;
-        let port = after
-            .strip_prefix(':')
-            .ok_or_else(|| err("missing port in address"))?;
-        return Ok((host, port));
-    }
-    let (host, port) = hp
-        .rsplit_once(':')
-        .ok_or_else(|| err("missing port in address"))?;
-    if host.contains(':') {
-        return Err(err("too many colons in address"));
-    }
-    Ok((host, port))
 }
 
 /// The first address `host` resolves to (the system's resolver: files,
@@ -1289,10 +1274,9 @@ mod tests {
         for same in ["unix://x", "http://u@localhost:1/p", "https://[::1]:2"] {
             assert_eq!(resolve_url(same, far).as_deref(), Ok(same));
         }
-        assert_eq!(split_host_port("[::1]:2"), Ok(("::1", "2")));
         assert_eq!(
-            split_host_port("a:b:c").unwrap_err(),
-            "address a:b:c: too many colons in address"
+            resolve_url("http://a:b:c", far).unwrap_err(),
+            r#"failed to resolve "http://a:b:c" (address a:b:c: too many colons in address)"#
         );
         assert_eq!(
             resolve_url("http://vm", far).unwrap_err(),

@@ -433,7 +433,7 @@ fn create_wal(
         });
     }
     let (members, member_id, cluster_id) = membership::initial_cluster(cfg)?;
-    if super::join::is_member_bootstrapped(cfg, dialer, member_id) {
+    if super::join::is_member_bootstrapped(cfg, &members, dialer, member_id) {
         anyhow::bail!("member {} has already been bootstrapped", Hex(member_id));
     }
     let meta = WalMetadata {

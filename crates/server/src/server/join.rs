@@ -40,34 +40,33 @@ fn join_existing_once(
     dialer: &Dialer,
     resolve_until: std::time::Instant,
 ) -> anyhow::Result<(u64, u64, Vec<Member>)> {
-    let initial = cfg.initial_members().map_err(anyhow::Error::msg)?;
-    let resp = fetch_cluster(cfg, dialer, Duration::from_secs(2)).ok_or_else(|| {
-        anyhow::anyhow!(
-            "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs"
-        )
-    })?;
+    // etcd's NewClusterFromURLsMap: the members --initial-cluster names,
+    // in ID order (IDs from their URLs and the token)
+    let (local, _, _) = crate::apply::membership::initial_cluster(cfg)?;
+    let mut existing = fetch_cluster(&cfg.name, &local, dialer, Duration::from_secs(2))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs"
+            )
+        })?;
+    // etcd's RaftCluster.Members(): in ID order
+    existing.members.sort_by_key(|m| m.id);
     // etcd's ValidateClusterAndAssignIDs: as many members, and each of the
     // cluster's matched by its peer URLs (names resolved) to one named in
     // --initial-cluster, whose ID it gives.
-    let invalid =
-        |why: String| anyhow::anyhow!("error validating peerURLs {}: {why}", cluster_string(&resp));
-    if resp.members.len() != initial.len() {
+    let invalid = |why: String| {
+        anyhow::anyhow!(
+            "error validating peerURLs {}: {why}",
+            cluster_string(&existing)
+        )
+    };
+    if existing.members.len() != local.len() {
         return Err(invalid("member count is unequal".into()));
     }
-    // etcd's RaftCluster.Members(): each list in ID order (the local one's
-    // IDs from the URLs and the token, as NewClusterFromURLsMap)
-    let mut initial = initial;
-    initial.sort_by_cached_key(|m| {
-        let mut urls = m.peer_urls.clone();
-        urls.sort();
-        crate::ids::member_id(&urls, &cfg.initial_cluster_token)
-    });
     let mut own = None;
-    let mut existing: Vec<&Member> = resp.members.iter().collect();
-    existing.sort_by_key(|m| m.id);
-    for em in existing {
+    for em in &existing.members {
         let mut last = "<nil>".to_string();
-        let found = initial.iter().find(|lm| {
+        let found = local.iter().find(|lm| {
             match crate::config::urls_equal_until(&em.peer_urls, &lm.peer_urls, resolve_until) {
                 Ok(()) => true,
                 Err(e) => {
@@ -97,17 +96,15 @@ fn join_existing_once(
     if !own.client_urls.is_empty() {
         anyhow::bail!("member {} has already been bootstrapped", Hex(own.id));
     }
-    let mut members = resp.members.clone();
-    members.sort_by_key(|m| m.id);
-    Ok((resp.cluster_id, own.id, members))
+    let own_id = own.id;
+    Ok((existing.cluster_id, own_id, existing.members))
 }
 
 /// etcd's `RaftCluster.String()` of a fetched cluster (its members as Go's
-/// `%+v`, in ID order where etcd's map gives any order).
+/// `%+v`, in the order given: etcd's map gives any).
 fn cluster_string(c: &retcd_api::retcdpb::MembersResponse) -> String {
-    let mut ms: Vec<&Member> = c.members.iter().collect();
-    ms.sort_by_key(|m| m.id);
-    let ms: Vec<String> = ms
+    let ms: Vec<String> = c
+        .members
         .iter()
         .map(|m| {
             format!(
@@ -128,18 +125,18 @@ fn cluster_string(c: &retcd_api::retcdpb::MembersResponse) -> String {
 }
 
 /// etcd's `getClusterFromRemotePeers`: the cluster as the first of the
-/// other members named in `--initial-cluster` (their peer URLs in
+/// members of `local` other than `own_name` (their peer URLs in
 /// lexicographic order) that answers `RaftPeer/Members` within `timeout`
 /// tells it. Runs on a blocking thread of the runtime.
 fn fetch_cluster(
-    cfg: &Config,
+    own_name: &str,
+    local: &[Member],
     dialer: &Dialer,
     timeout: Duration,
 ) -> Option<retcd_api::retcdpb::MembersResponse> {
-    let initial = cfg.initial_members().ok()?;
-    let mut peer_urls: Vec<String> = initial
+    let mut peer_urls: Vec<String> = local
         .iter()
-        .filter(|m| m.name != cfg.name)
+        .filter(|m| m.name != own_name)
         .flat_map(|m| m.peer_urls.clone())
         .collect();
     peer_urls.sort();
@@ -167,13 +164,19 @@ fn fetch_cluster(
     tokio::runtime::Handle::current().block_on(fetch)
 }
 
-/// etcd's `isMemberBootstrapped`: whether a member of the cluster already
+/// etcd's `isMemberBootstrapped`: whether a member of the cluster (`local`:
+/// the members --initial-cluster names) already
 /// has this member's ID and has published client URLs, i.e. this member
 /// ran before and has lost its data dir. Bootstrapping it again would
 /// forget its log and its votes; etcd refuses, and so does retcd. Each
 /// peer asked gets 1 s (etcd's default bootstrap timeout).
-pub fn is_member_bootstrapped(cfg: &Config, dialer: &Dialer, member_id: u64) -> bool {
-    fetch_cluster(cfg, dialer, Duration::from_secs(1)).is_some_and(|c| {
+pub fn is_member_bootstrapped(
+    cfg: &Config,
+    local: &[Member],
+    dialer: &Dialer,
+    member_id: u64,
+) -> bool {
+    fetch_cluster(&cfg.name, local, dialer, Duration::from_secs(1)).is_some_and(|c| {
         c.members
             .iter()
             .any(|m| m.id == member_id && !m.client_urls.is_empty())

@@ -92,7 +92,7 @@ struct Exit {
 fn exit(code: i32, msg: impl std::fmt::Display) -> Exit {
     Exit {
         code,
-        msg: retcd_gostd::raw::vec(&msg.to_string()),
+        msg: raw::vec(&msg.to_string()),
     }
 }
 
@@ -560,14 +560,14 @@ impl From<String> for StatusError {
 }
 
 fn status_read(file: &str) -> Result<retcd_etcdfmt::Status, StatusError> {
-    std::fs::metadata(raw::path(file)).map_err(|e| go_path_err("stat", file, &e))?;
+    let path = raw::path(file);
+    std::fs::metadata(&path).map_err(|e| go_path_err("stat", file, &e))?;
     let f = open_read_only(file)?;
     if !is_retcd_format(&f) {
         bolt_check_read_only(&f, file)?;
     } else {
-        let dump = read_retcd_snapshot(&raw::path(file), true).map_err(|e| format!("{e:#}"))?;
-        return retcd_stats(&dump, &raw::path(file))
-            .map_err(|e| StatusError::Other(format!("{e:#}")));
+        let dump = read_retcd_snapshot(&path, true).map_err(|e| format!("{e:#}"))?;
+        return retcd_stats(&dump, &path).map_err(|e| StatusError::Other(format!("{e:#}")));
     }
     let r = BoltReader::from_file(f)
         .map_err(|e| format!("snapshot file integrity check failed: {e}"))?;
