@@ -36,12 +36,24 @@ impl HttpResponse {
 /// `GET <path>` on `127.0.0.1:<port>` with `Connection: close`; connect,
 /// read and write are each bounded by `timeout`.
 pub fn http_get(port: u16, path: &str, timeout: Duration) -> Result<HttpResponse> {
-    http_request(port, "GET", path, "", timeout)
+    http_request(port, "GET", path, "", &[], timeout)
 }
 
 /// `POST path` with a JSON `body` (the JSON gateway), same as [`http_get`].
 pub fn http_post(port: u16, path: &str, body: &str, timeout: Duration) -> Result<HttpResponse> {
-    http_request(port, "POST", path, body, timeout)
+    http_request(port, "POST", path, body, &[], timeout)
+}
+
+/// [`http_post`] with more request headers (e.g. the gateway's
+/// `Grpc-Metadata-…`); a stream's answer is read until the server ends it.
+pub fn http_post_with(
+    port: u16,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<HttpResponse> {
+    http_request(port, "POST", path, body, headers, timeout)
 }
 
 fn http_request(
@@ -49,6 +61,7 @@ fn http_request(
     method: &str,
     path: &str,
     body: &str,
+    extra: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<HttpResponse> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -57,9 +70,10 @@ fn http_request(
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     let len = body.len();
+    let extra: String = extra.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: retcd-tests\r\nAccept: */*\r\nContent-Type: application/json\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: retcd-tests\r\nAccept: */*\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n{extra}Connection: close\r\n\r\n{body}"
     )?;
     s.flush()?;
     let mut raw = Vec::new();

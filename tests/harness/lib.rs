@@ -42,7 +42,7 @@ pub use binaries::{
 pub use cluster::Cluster;
 pub use etcdctl::{etcdctl, etcdctl35, etcdctl_with_stdin, Output};
 pub use etcdctl::{etcdctl35_with_stdin, retcdctl, retcdctl_with_stdin, run_ctl, run_ctl_within};
-pub use http::{http_get, http_post, HttpResponse};
+pub use http::{http_get, http_post, http_post_with, HttpResponse};
 pub use membership::{initial_cluster_for, member_add_when_healthy};
 pub use normalize::{normalize_json, normalize_output, normalize_stderr, normalize_text};
 pub use process::Member;

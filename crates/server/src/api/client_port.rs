@@ -171,7 +171,10 @@ impl ClientPort {
         Box::pin(async move {
             let resp = match guard(&front.server, &mut req) {
                 Some(refused) => refused,
-                None => dispatch(&front, grpc, req).await,
+                None => {
+                    let watched = super::require_leader::watched(&front.server, &req);
+                    super::require_leader::run(watched, dispatch(&front, grpc, req)).await
+                }
             };
             Ok(match call {
                 Some(c) => c.response(resp),
@@ -219,6 +222,11 @@ async fn dispatch(front: &Front, grpc: Grpc, req: Request<Body>) -> Response<Bod
 ///   (the flag is inside the message). HTTP endpoints (`/health`,
 ///   `/metrics`) are not gRPC and are not affected; the JSON gateway
 ///   applies the same rule itself.
+/// * etcd's `hasleader` metadata (`require_leader`): a call that asks for
+///   a leader fails with Unavailable "etcdserver: no leader" while the
+///   member has none (after the learner rule, as in etcd's interceptor);
+///   a stream that asks is ended when the member has gone three election
+///   timeouts without one.
 ///
 /// Returns the answer of a refused call.
 fn guard(server: &EtcdServer, req: &mut Request<Body>) -> Option<Response<Body>> {
@@ -240,6 +248,9 @@ fn guard(server: &EtcdServer, req: &mut Request<Body>) -> Option<Response<Body>>
     );
     if !allowed && server.is_learner() {
         let status = error_map::to_status(ServerError::NotSupportedForLearner);
+        return Some(status.into_http::<Body>());
+    }
+    if let Some(status) = super::require_leader::refused(server, req.headers()) {
         return Some(status.into_http::<Body>());
     }
     None

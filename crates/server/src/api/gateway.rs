@@ -19,6 +19,7 @@
 
 use super::error_map::to_status;
 use super::grpc::{auth, cluster, election, kv, lease, lock, maintenance, ClientServices};
+use super::require_leader;
 use crate::error::ServerError;
 use crate::server::EtcdServer;
 use axum::body::Bytes;
@@ -104,7 +105,14 @@ const GRPC_METADATA_CT: (&str, &str) = ("grpc-metadata-content-type", "applicati
 
 /// Decodes the body (empty = the default request), runs `call` with the
 /// `Authorization` header as the `token` metadata, encodes the answer.
-async fn unary<Req, Resp, F, Fut>(headers: HeaderMap, body: Bytes, call: F) -> Response
+/// `refuse` is etcd's interceptor, which grpc-gateway's call passes after
+/// the body is decoded: it sees the call's metadata and may answer first.
+async fn unary<Req, Resp, F, Fut>(
+    headers: HeaderMap,
+    body: Bytes,
+    refuse: impl FnOnce(&HeaderMap) -> Option<Status>,
+    call: F,
+) -> Response
 where
     Req: DeserializeOwned + Default,
     Resp: Serialize,
@@ -115,7 +123,11 @@ where
         Ok(r) => r,
         Err(e) => return error(&to_status(ServerError::BadRequestBody(e.to_string()))),
     };
-    match call(with_token(&headers, req)).await {
+    let request = with_token(&headers, req);
+    if let Some(status) = refuse(request.metadata().as_ref()) {
+        return error(&status);
+    }
+    match call(request).await {
         Ok(resp) => ([GRPC_METADATA_CT], axum::Json(resp.into_inner())).into_response(),
         Err(status) => error(&status),
     }
@@ -275,13 +287,15 @@ fn result_chunk<Resp: Serialize>(m: &Resp) -> Bytes {
 }
 
 /// grpc-gateway v1.16's stream error (`handleForwardResponseStreamError`):
-/// the `StreamError` message under `"error"`, with no delimiter after it;
+/// the `StreamError` message under `"error"`, with no delimiter after it
+/// (its `details` are empty for etcd's errors, and jsonpb leaves an empty
+/// list out, in 3.4 and 3.5 alike);
 /// the stream ends there.
 fn error_chunk(s: &Status) -> Bytes {
     let http = http_status(s.code());
     let text = |t: &str| serde_json::to_string(t).unwrap_or_default();
     Bytes::from(format!(
-        "{{\"error\":{{\"grpc_code\":{},\"http_code\":{},\"message\":{},\"http_status\":{},\"details\":[]}}}}",
+        "{{\"error\":{{\"grpc_code\":{},\"http_code\":{},\"message\":{},\"http_status\":{}}}}}",
         s.code() as i32,
         http.as_u16(),
         text(s.message()),
@@ -337,13 +351,15 @@ where
 /// `Authorization` as the `token` metadata of `req`.
 /// grpc-gateway's header mapping: `Authorization` becomes the
 /// `authorization` metadata, `Grpc-Metadata-Token` the `token` metadata
-/// (which wins, as in etcd); nothing else of the client's headers is
-/// passed on.
+/// (which wins, as in etcd), `Grpc-Metadata-Hasleader` the `hasleader`
+/// metadata (`require_leader`); the rest of the client's headers mean
+/// nothing to etcd's server and are not passed on.
 fn with_token<T>(headers: &HeaderMap, req: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(req);
     for (header, key) in [
         ("authorization", "authorization"),
         ("grpc-metadata-token", "token"),
+        ("grpc-metadata-hasleader", require_leader::KEY),
     ] {
         if let Some(v) = headers
             .get(header)
@@ -412,12 +428,17 @@ macro_rules! routes {
                             if method != Method::POST {
                                 return method_not_allowed();
                             }
-                            // etcd's learner rule, as for gRPC (streams get
-                            // theirs below).
-                            if !LEARNER_PATHS.contains(&$path) && s.kv.server.is_learner() {
-                                return error(&to_status(ServerError::NotSupportedForLearner));
-                            }
-                            unary(headers, body, |r| async move { s.$field.$method(r).await }).await
+                            // etcd's interceptor: the learner rule, as for
+                            // gRPC (streams get theirs below), then
+                            // `hasleader`
+                            let server = s.kv.server.clone();
+                            let refuse = |md: &HeaderMap| {
+                                if !LEARNER_PATHS.contains(&$path) && server.is_learner() {
+                                    return Some(to_status(ServerError::NotSupportedForLearner));
+                                }
+                                require_leader::refused(&server, md)
+                            };
+                            unary(headers, body, refuse, |r| async move { s.$field.$method(r).await }).await
                         }
                     }),
                 );
@@ -448,7 +469,12 @@ pub fn router(server: &Arc<EtcdServer>, services: &ClientServices) -> Router {
         lock: services.lock.clone(),
         election: services.election.clone(),
     });
-    let own_stream = services.routes.clone();
+    // grpc-gateway calls the streams through etcd's gRPC server, whose
+    // interceptor sees their `hasleader`
+    let own_stream = require_leader::Gated {
+        server: server.clone(),
+        inner: services.routes.clone(),
+    };
     let mut r = Router::new();
     routes!(r, svc;
         "/kv/range" => kv.range,

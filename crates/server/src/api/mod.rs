@@ -15,6 +15,7 @@ pub mod grpc_metrics;
 pub mod h2_authority;
 pub mod http;
 pub mod peer;
+pub mod require_leader;
 pub mod serve;
 
 use crate::auth::cert::CERT_CN_HEADER;

@@ -299,6 +299,7 @@ impl EtcdServer {
             lease_forwarder: lease::Forwarder::new(dialer.clone()),
             dialer,
             published: tokio::sync::watch::Sender::new(false),
+            leader_lost: tokio::sync::watch::Sender::new(0),
             cfg,
         });
         metrics.set_server_id(server.member_id);
@@ -309,6 +310,11 @@ impl EtcdServer {
         tokio::spawn(lease::run_lessor(server.clone()));
         compactor::start(&server)?;
         corrupt::start(&server);
+        let every = server.cfg.election_ticks() as u64 * server.cfg.heartbeat_interval;
+        tokio::spawn(super::monitor_leader(
+            Arc::downgrade(&server),
+            Duration::from_millis(every),
+        ));
         Ok(server)
     }
 }

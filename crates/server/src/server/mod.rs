@@ -73,6 +73,10 @@ pub struct EtcdServer {
     /// Becomes true once this member's publish (name + client URLs) is
     /// applied; clients are served only from then on, as etcd does.
     published: tokio::sync::watch::Sender<bool>,
+    /// Bumped by `monitor_leader` at each election timeout once the
+    /// member has gone three without a leader: the client streams that
+    /// asked for one (`api::require_leader`) end at the next bump.
+    leader_lost: tokio::sync::watch::Sender<u64>,
 }
 
 impl EtcdServer {
@@ -166,6 +170,12 @@ impl EtcdServer {
         self.members.is_learner(self.member_id)
     }
 
+    /// A receiver of the leader-lost signal (`monitor_leader`); what was
+    /// signalled before the call is seen.
+    pub fn leader_lost(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.leader_lost.subscribe()
+    }
+
     /// A receiver that turns true once this member's publish is applied.
     pub fn published(&self) -> tokio::sync::watch::Receiver<bool> {
         self.published.subscribe()
@@ -246,4 +256,29 @@ impl EtcdServer {
 /// The error for an apply result of the wrong kind (a broken invariant).
 fn unexpected(r: ApplyResult) -> ServerError {
     ServerError::internal(format!("retcd: unexpected apply result {r:?}"))
+}
+
+/// etcd's `monitorLeader` (`v3rpc/interceptor.go`): every election timeout
+/// (ticks × heartbeat, as etcd computes it) the member looks for a leader;
+/// once it has found none three times in a row, it signals the streams
+/// that asked for one, and again at each timeout until a leader is back.
+/// Cancelling a stream costs its client a reconnect, so this waits longer
+/// than the refusal of a new call, which needs no leader at that instant.
+async fn monitor_leader(server: std::sync::Weak<EtcdServer>, every: Duration) {
+    const MAX_NO_LEADER: u32 = 3;
+    let mut no_leader = 0;
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(server) = server.upgrade() else {
+            return;
+        };
+        if server.leader() == 0 {
+            no_leader += 1;
+        } else {
+            no_leader = 0;
+        }
+        if no_leader >= MAX_NO_LEADER {
+            server.leader_lost.send_modify(|n| *n += 1);
+        }
+    }
 }
