@@ -419,3 +419,57 @@ async fn a_write_without_a_leader_waits_for_one() {
     })
     .await;
 }
+
+/// A write whose leader stops answering times out with one of etcd's
+/// timeout texts (`parseProposeCtxErr`): a put sent to a follower just as
+/// its leader is paused is lost with the leader's messages; after the
+/// request timeout it fails Unavailable "etcdserver: request timed out",
+/// "…, possibly due to previous leader failure" (a new leader was elected
+/// within two election timeouts after it was sent) or "…, possibly due to
+/// connection lost", never "no leader" (what retcd answered before). The
+/// same put alone without a leader until its deadline is Unknown "context
+/// deadline exceeded" (`cluster_maint_random_differential`'s coda).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_leader_stops_times_out_as_etcd() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST)
+            .await
+            .expect("start cluster");
+        let leader = c.leader(Duration::from_secs(10)).await.expect("leader");
+        let follower = (leader + 1) % 3;
+        // a raw client: no timeout of its own
+        use retcd_api::etcdserverpb::{kv_client::KvClient, PutRequest};
+        let mut kv = KvClient::new(c.channel(follower).await.expect("connect"));
+        let put = |key: &str| PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        };
+        kv.put(put("lt/before")).await.expect("put");
+        c.members[leader].pause();
+        let sent = std::time::Instant::now();
+        let r = kv.put(put("lt/after")).await;
+        let waited = sent.elapsed();
+        c.members[leader].resume();
+        let Err(status) = r else {
+            // a new leader took the forwarded put in time: nothing to see
+            eprintln!("the put went through in {waited:?}");
+            return;
+        };
+        let (code, msg) = (status.code(), status.message().to_string());
+        assert_eq!(code, tonic::Code::Unavailable, "{msg} after {waited:?}");
+        assert!(
+            [
+                "etcdserver: request timed out",
+                "etcdserver: request timed out, possibly due to previous leader failure",
+                "etcdserver: request timed out, possibly due to connection lost",
+            ]
+            .contains(&msg.as_str()),
+            "{msg:?} after {waited:?}"
+        );
+        // FAST: 5 s + two election timeouts of 500 ms
+        assert!(waited >= Duration::from_secs(5), "answered in {waited:?}");
+        eprintln!("a put whose leader stopped: {msg:?} after {waited:?}");
+    })
+    .await;
+}

@@ -620,6 +620,13 @@ impl Gen {
                     .collect();
                 let fl = typed[self.rng.random_range(0..typed.len())];
                 let v = self.pick(bad_values(fl.kind));
+                // an empty listen URL list is the default port (2379,
+                // 2380), which both servers of a step would bind at once
+                let v = if v.is_empty() && fl.name.starts_with("listen-") {
+                    "127.0.0.1:1"
+                } else {
+                    v
+                };
                 d.what.push(format!("bad {}", fl.name));
                 set(s, fl.name, v);
             }
@@ -1879,6 +1886,24 @@ fn prelude() -> Vec<Step> {
             base(
                 &[],
                 &["--auth-token=bogus", "--initial-cluster-state=existing"],
+            ),
+        ),
+        // etcd's SelfCert refuses a validity of 0 years (seed 67)
+        step(
+            "peer auto TLS valid for 0 years",
+            base(
+                &[
+                    "listen-peer-urls",
+                    "initial-advertise-peer-urls",
+                    "initial-cluster",
+                ],
+                &[
+                    "--listen-peer-urls=https://127.0.0.1:{P}",
+                    "--initial-advertise-peer-urls=https://127.0.0.1:{P}",
+                    "--initial-cluster=n1=https://127.0.0.1:{P}",
+                    "--peer-auto-tls",
+                    "--self-signed-cert-validity=0",
+                ],
             ),
         ),
         step(

@@ -269,10 +269,7 @@ async fn transcript(flavor: Flavor, bin: PathBuf) -> Vec<String> {
     ));
     // the one that did not ask is still there
     let plain_open = timeout(Duration::from_millis(300), plain.stream.message()).await;
-    out.push(format!(
-        "watch not asking: open {}",
-        plain_open.is_err()
-    ));
+    out.push(format!("watch not asking: open {}", plain_open.is_err()));
 
     // new streams asking are refused at once
     out.push(format!(

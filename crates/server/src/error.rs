@@ -38,6 +38,19 @@ pub enum ServerError {
     Stopped,
     #[error("etcdserver: request timed out")]
     Timeout,
+    #[error("etcdserver: request timed out, possibly due to previous leader failure")]
+    TimeoutDueToLeaderFail,
+    #[error("etcdserver: request timed out, possibly due to connection lost")]
+    TimeoutDueToConnectionLost,
+    /// raft refused a proposal (a leader transfer under way): etcd returns
+    /// raft's `ErrProposalDropped` unconverted.
+    #[error("raft proposal dropped")]
+    ProposalDropped,
+    /// A proposal that waited for a leader until its request's deadline:
+    /// etcd's raft node takes none without a leader, and its `Propose`
+    /// returns the context's error, unconverted.
+    #[error("context deadline exceeded")]
+    ProposeDeadline,
     #[error("etcdserver: mvcc: database space exceeded")]
     NoSpace,
     #[error("etcdserver: corrupt cluster")]

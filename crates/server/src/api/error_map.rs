@@ -39,7 +39,12 @@ fn code(err: &ServerError) -> Code {
         | E::UnknownAlarmAction
         | E::UnknownDowngradeAction
         | E::BadRequestBody(_) => Code::InvalidArgument,
-        E::NoLeader | E::LeaderChanged | E::Stopped | E::Timeout => Code::Unavailable,
+        E::NoLeader
+        | E::LeaderChanged
+        | E::Stopped
+        | E::Timeout
+        | E::TimeoutDueToLeaderFail
+        | E::TimeoutDueToConnectionLost => Code::Unavailable,
         E::Unimplemented(_) => Code::Unimplemented,
         E::NoSpace => Code::ResourceExhausted,
         E::Corrupt => Code::DataLoss,
@@ -66,6 +71,8 @@ fn code(err: &ServerError) -> Code {
         // transfer timeout has no mapping at all. The election service's
         // errors and its inner client's are plain Go errors (Unknown).
         E::MemberNotEnoughStarted
+        | E::ProposalDropped
+        | E::ProposeDeadline
         | E::LeaderTransferTimeout
         | E::ElectionNotLeader
         | E::ElectionNoLeader

@@ -55,10 +55,6 @@ pub struct RaftNodeConfig {
     pub max_wals: usize,
     /// `--experimental-warning-apply-duration`: slower applies are logged.
     pub warn_apply: Duration,
-    /// How long proposals wait for a leader when there is none (etcd's
-    /// raft holds them until the request's context ends), before they
-    /// fail with "no leader".
-    pub hold_leaderless: Duration,
 }
 
 /// etcd's `warnSyncDuration`: a WAL fdatasync slower than this is logged.
@@ -90,8 +86,9 @@ struct Turn {
     proposed_ids: Vec<u64>,
     proposed: Vec<Entry>,
     /// Proposals drained while there was no leader, held (in order) until
-    /// one is known: (when held, request ids, entries).
-    held: Vec<(Instant, Vec<u64>, Vec<Entry>)>,
+    /// one is known or their callers' deadlines come near: (request id,
+    /// entry).
+    held: Vec<(u64, Entry)>,
     /// Conf changes held back while the leader still has one pending
     /// (raft-rs would silently turn them into empty entries): (request id,
     /// change, first tried).
@@ -230,6 +227,7 @@ impl RaftNode {
                 // etcd's raft.node lines, which tools grep for.
                 if st.leader_id != 0 {
                     self.metrics.leader_changes.inc();
+                    self.status.set_lead_elected(Instant::now());
                     if leader != 0 {
                         tracing::info!(target: "raft", "raft.node: {:x} changed leader from {:x} to {:x} at term {}", st.id, leader, st.leader_id, st.term);
                     } else {
@@ -359,15 +357,13 @@ impl RaftNode {
     ///
     /// Without a leader raft would drop them (raft-rs answers at once;
     /// etcd's raft node does not take proposals then, so they wait for a
-    /// leader until their request times out). They are held, in order,
-    /// and proposed once a leader is known, or fail after
-    /// `hold_leaderless` ([`Self::release_held`]).
+    /// leader until their request's context ends). They are held, in
+    /// order, and proposed once a leader is known, or given up near their
+    /// callers' deadlines ([`Self::release_held`]).
     fn propose_drained(&mut self, turn: &mut Turn) {
         let leaderless = self.raw.raft.leader_id == raft::INVALID_ID;
-        if !leaderless {
-            for (_, ids, entries) in std::mem::take(&mut turn.held) {
-                self.propose_now(&ids, entries);
-            }
+        if !leaderless && !turn.held.is_empty() {
+            self.release_held(turn);
         }
         if turn.proposed.is_empty() {
             return;
@@ -375,7 +371,7 @@ impl RaftNode {
         let ids = std::mem::take(&mut turn.proposed_ids);
         let entries = std::mem::take(&mut turn.proposed);
         if leaderless {
-            turn.held.push((Instant::now(), ids, entries));
+            turn.held.extend(ids.into_iter().zip(entries));
         } else {
             self.propose_now(&ids, entries);
         }
@@ -389,26 +385,36 @@ impl RaftNode {
         }
     }
 
-    /// Proposes the held proposals once there is a leader; fails those
-    /// held longer than `hold_leaderless` with "no leader".
+    /// Gives up the held proposals whose callers' deadlines are near (or
+    /// already answered): their callers get etcd's answer to a `Propose`
+    /// that waited out its context, Unknown "context deadline exceeded",
+    /// and the entries are never proposed. Near is two raft turns and a
+    /// sweep of the waiters, so this thread answers before the sweeper
+    /// and never proposes an entry whose caller was answered. Once there
+    /// is a leader, the rest are proposed, in order.
     fn release_held(&mut self, turn: &mut Turn) {
         if turn.held.is_empty() {
             return;
         }
-        if self.raw.raft.leader_id != raft::INVALID_ID {
-            self.propose_drained(turn);
+        let give_up_at = Instant::now() + 2 * self.cfg.tick + super::wait::SWEEP_EVERY;
+        let mut kept = Vec::with_capacity(turn.held.len());
+        for (id, entry) in std::mem::take(&mut turn.held) {
+            match self.wait.deadline(id) {
+                Some(d) if d > give_up_at => kept.push((id, entry)),
+                Some(_) => {
+                    self.metrics.proposals_failed.inc();
+                    self.wait.trigger(id, Err(ServerError::ProposeDeadline));
+                }
+                None => {} // its caller was answered already
+            }
+        }
+        if self.raw.raft.leader_id == raft::INVALID_ID {
+            turn.held = kept;
             return;
         }
-        let hold = self.cfg.hold_leaderless;
-        while turn
-            .held
-            .first()
-            .is_some_and(|(at, _, _)| at.elapsed() >= hold)
-        {
-            let (_, ids, _) = turn.held.remove(0);
-            for id in ids {
-                self.proposal_failed(id, &raft::Error::ProposalDropped);
-            }
+        let (ids, entries): (Vec<u64>, Vec<Entry>) = kept.into_iter().unzip();
+        if !ids.is_empty() {
+            self.propose_now(&ids, entries);
         }
     }
 
@@ -416,7 +422,7 @@ impl RaftNode {
     fn proposal_failed(&self, id: u64, e: &raft::Error) {
         self.metrics.proposals_failed.inc();
         let err = match e {
-            raft::Error::ProposalDropped => ServerError::NoLeader,
+            raft::Error::ProposalDropped => ServerError::ProposalDropped,
             other => ServerError::internal(format!("retcd: raft refused the proposal: {other}")),
         };
         self.wait.trigger(id, Err(err));

@@ -124,10 +124,11 @@ impl Proposer {
     }
 
     /// A proposal's result on `rx`; its waiter's deadline (`Wait`'s
-    /// sweeper) bounds the wait, so no timer is armed per request.
+    /// sweeper) bounds the wait, so no timer is armed per request. A
+    /// proposal that timed out is `ServerError::Timeout`; the server
+    /// tells why, as etcd does (`EtcdServer::propose_timed_out`).
     async fn await_proposal(&self, rx: oneshot::Receiver<ProposalResult>) -> ProposalResult {
         match rx.await {
-            Ok(Err(ServerError::Timeout)) => Err(self.timed_out()),
             Ok(res) => res,
             Err(_) => Err(ServerError::Stopped),
         }
@@ -163,7 +164,8 @@ impl Proposer {
     }
 
     /// The raft thread's answer on `rx`, awaited (the task parks) up to
-    /// the request timeout.
+    /// the request timeout; then "request timed out", with or without a
+    /// leader, as etcd's read index loop answers.
     async fn await_raft<T>(
         &self,
         rx: oneshot::Receiver<Result<T, ServerError>>,
@@ -171,11 +173,12 @@ impl Proposer {
         match tokio::time::timeout(self.inner.request_timeout, rx).await {
             Ok(Ok(res)) => res,
             Ok(Err(_)) => Err(ServerError::Stopped),
-            Err(_) => Err(self.timed_out()),
+            Err(_) => Err(ServerError::Timeout),
         }
     }
 
-    /// What a request that timed out answers: no leader, or a timeout.
+    /// What a forwarded lease call that timed out answers: no leader when
+    /// there is none (etcd's `waitLeader`), else a timeout.
     pub fn timed_out(&self) -> ServerError {
         if self.leader() == 0 {
             ServerError::NoLeader

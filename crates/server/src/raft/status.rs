@@ -2,6 +2,7 @@
 //! else to read without a lock.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 #[derive(Debug, Default)]
 pub struct RaftStatus {
@@ -11,6 +12,10 @@ pub struct RaftStatus {
     commit_index: AtomicU64,
     applied_index: AtomicU64,
     raft_index: AtomicU64,
+    /// When this member last learned of a new leader (etcd's
+    /// `leadElectedTime`: a leader known after none or after another).
+    /// Protects only the instant; read when a proposal times out.
+    lead_elected: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl RaftStatus {
@@ -43,7 +48,15 @@ impl RaftStatus {
         self.raft_index.load(Ordering::Acquire)
     }
 
+    /// When this member last learned of a new leader, if ever.
+    pub fn lead_elected(&self) -> Option<Instant> {
+        *self.lead_elected.lock()
+    }
+
     // Written by the raft thread only.
+    pub(super) fn set_lead_elected(&self, at: Instant) {
+        *self.lead_elected.lock() = Some(at);
+    }
     pub(super) fn publish(&self, term: u64, leader: u64, is_leader: bool, commit: u64, last: u64) {
         self.term.store(term, Ordering::Release);
         self.leader.store(leader, Ordering::Release);

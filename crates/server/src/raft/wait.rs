@@ -91,6 +91,11 @@ impl Wait {
         }
     }
 
+    /// When the proposer of `id` gives up; `None` once it was answered.
+    pub fn deadline(&self, id: u64) -> Option<Instant> {
+        self.waiters.lock().get(&id).map(|w| w.deadline)
+    }
+
     /// Forgets `id` (its proposer gave up).
     pub fn cancel(&self, id: u64) {
         self.waiters.lock().remove(&id);

@@ -263,9 +263,6 @@ impl EtcdServer {
                 max_learners: cfg.max_learners,
                 max_wals: cfg.max_wals as usize,
                 warn_apply: cfg.experimental_warning_apply_duration,
-                // half the request's own timeout (several elections), so
-                // no proposal is made after its caller was told it failed
-                hold_leaderless: request_timeout / 2,
             },
             snapshot_index,
         };

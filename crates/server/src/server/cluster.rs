@@ -92,6 +92,16 @@ fn split_host_port(hp: &str) -> bool {
 }
 
 impl EtcdServer {
+    /// Proposes a membership change and waits until it is applied here
+    /// (etcd's `configure`); a timeout says why, as a proposal's does.
+    async fn configure(&self, cc: ConfChange) -> Result<(), ServerError> {
+        let start = std::time::Instant::now();
+        match self.proposer.propose_conf_change(cc).await {
+            Err(ServerError::Timeout) => Err(self.propose_timed_out(start)),
+            r => r,
+        }
+    }
+
     /// MemberAdd: a new, unstarted member (no name until it publishes). Its
     /// ID is derived as etcd derives it, from its peer URLs and the current
     /// time. Returns the member and the list after the change.
@@ -121,9 +131,7 @@ impl EtcdServer {
             is_promote: false,
             is_update: false,
         };
-        self.proposer
-            .propose_conf_change(conf_change(ty, m.id, Some(ctx)))
-            .await?;
+        self.configure(conf_change(ty, m.id, Some(ctx))).await?;
         Ok((m, self.members()))
     }
 
@@ -140,8 +148,7 @@ impl EtcdServer {
         if id == self.leader() {
             self.hand_off_leadership(id).await;
         }
-        self.proposer
-            .propose_conf_change(conf_change(ConfChangeType::RemoveNode, id, None))
+        self.configure(conf_change(ConfChangeType::RemoveNode, id, None))
             .await?;
         Ok(self.members())
     }
@@ -173,8 +180,7 @@ impl EtcdServer {
             is_promote: false,
             is_update: true,
         };
-        self.proposer
-            .propose_conf_change(conf_change(ConfChangeType::AddNode, id, Some(ctx)))
+        self.configure(conf_change(ConfChangeType::AddNode, id, Some(ctx)))
             .await?;
         Ok(self.members())
     }
@@ -241,8 +247,7 @@ impl EtcdServer {
             is_promote: true,
             is_update: false,
         };
-        self.proposer
-            .propose_conf_change(conf_change(ConfChangeType::AddNode, id, Some(ctx)))
+        self.configure(conf_change(ConfChangeType::AddNode, id, Some(ctx)))
             .await?;
         Ok(self.members())
     }

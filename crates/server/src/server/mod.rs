@@ -202,9 +202,52 @@ impl EtcdServer {
             req.username = w.username;
             req.auth_revision = w.revision;
         }
-        match self.proposer.propose(req).await? {
-            ApplyResult::Err(e) => Err(e),
-            ok => Ok(ok),
+        let start = std::time::Instant::now();
+        match self.proposer.propose(req).await {
+            Ok(ApplyResult::Err(e)) => Err(e),
+            Ok(ok) => Ok(ok),
+            Err(ServerError::Timeout) => Err(self.propose_timed_out(start)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Why a proposal made at `start` timed out, in etcd's words
+    /// (`parseProposeCtxErr`): it began in the two election timeouts
+    /// before the latest leader was elected, "possibly due to previous
+    /// leader failure"; this leader has not heard from a quorum, or this
+    /// follower from its leader, since it began, "possibly due to
+    /// connection lost"; otherwise (with no leader too) "request timed
+    /// out".
+    pub(crate) fn propose_timed_out(&self, start: std::time::Instant) -> ServerError {
+        let election = self.cfg.election_ticks() as u64 * self.cfg.heartbeat_interval;
+        let election = Duration::from_millis(election);
+        if let Some(elected) = self.proposer.status().lead_elected() {
+            if start + 2 * election > elected && start < elected {
+                return ServerError::TimeoutDueToLeaderFail;
+            }
+        }
+        let connected = |id: u64| {
+            self.transport
+                .active_since(id)
+                .is_some_and(|since| since < start)
+        };
+        let lead = self.leader();
+        let lost = if lead == 0 {
+            false
+        } else if lead == self.member_id {
+            let members = self.members.list();
+            let up = members
+                .iter()
+                .filter(|m| m.id == self.member_id || connected(m.id))
+                .count();
+            up < members.len() / 2 + 1
+        } else {
+            !connected(lead)
+        };
+        if lost {
+            ServerError::TimeoutDueToConnectionLost
+        } else {
+            ServerError::Timeout
         }
     }
 

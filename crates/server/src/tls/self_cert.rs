@@ -10,8 +10,13 @@ use anyhow::Context;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-/// The certificate and key files in `dir`, made now if missing.
+/// The certificate and key files in `dir`, made now if missing. A
+/// validity of 0 years is refused first, even when the files exist, with
+/// etcd's words.
 pub fn ensure(dir: &Path, hosts: &[String], years: u32) -> anyhow::Result<(PathBuf, PathBuf)> {
+    if years == 0 {
+        anyhow::bail!("selfSignedCertValidity is invalid,it should be greater than 0");
+    }
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     if cert.exists() && key.exists() {
         return Ok((cert, key));
@@ -35,7 +40,7 @@ pub fn ensure(dir: &Path, hosts: &[String], years: u32) -> anyhow::Result<(PathB
     ];
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now;
-    params.not_after = now + time::Duration::days(365 * i64::from(years.max(1)));
+    params.not_after = now + time::Duration::days(365 * i64::from(years));
     let key_pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let c = params.self_signed(&key_pair)?;
     std::fs::write(&cert, c.pem()).with_context(|| format!("cannot write {}", cert.display()))?;
