@@ -25,14 +25,17 @@ use tonic::Status;
 
 /// The metadata key and the one value that asks for a leader.
 pub const KEY: &str = "hasleader";
-const WANTED: &str = "true";
+const WANTED: &[u8] = b"true";
+/// `KEY` as a header name (a constant name is not parsed again at every
+/// lookup, as a string's is: every call looks).
+const KEY_NAME: axum::http::HeaderName = axum::http::HeaderName::from_static(KEY);
 
 /// Whether a call's metadata asks for a leader: its first `hasleader`
 /// value is `true` (grpc-go keeps each header field as its own value).
 pub fn wanted(headers: &HeaderMap) -> bool {
     headers
-        .get(KEY)
-        .is_some_and(|v| v.as_bytes() == WANTED.as_bytes())
+        .get(KEY_NAME)
+        .is_some_and(|v| v.as_bytes() == WANTED)
 }
 
 /// The refusal of a call that asks for a leader while there is none.

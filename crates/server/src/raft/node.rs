@@ -397,10 +397,20 @@ impl RaftNode {
             return;
         }
         let give_up_at = Instant::now() + 2 * self.cfg.tick + super::wait::SWEEP_EVERY;
+        let leaderless = self.raw.raft.leader_id == raft::INVALID_ID;
+        // Held in arrival order, so their deadlines (one timeout after
+        // each call) grow: without a leader only the front is looked at,
+        // not every held proposal at every turn.
         let mut kept = Vec::with_capacity(turn.held.len());
-        for (id, entry) in std::mem::take(&mut turn.held) {
+        let mut held = std::mem::take(&mut turn.held).into_iter();
+        for (id, entry) in held.by_ref() {
             match self.wait.deadline(id) {
-                Some(d) if d > give_up_at => kept.push((id, entry)),
+                Some(d) if d > give_up_at => {
+                    kept.push((id, entry));
+                    if leaderless {
+                        break;
+                    }
+                }
                 Some(_) => {
                     self.metrics.proposals_failed.inc();
                     self.wait.trigger(id, Err(ServerError::ProposeDeadline));
@@ -408,7 +418,8 @@ impl RaftNode {
                 None => {} // its caller was answered already
             }
         }
-        if self.raw.raft.leader_id == raft::INVALID_ID {
+        if leaderless {
+            kept.extend(held);
             turn.held = kept;
             return;
         }
