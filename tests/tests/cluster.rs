@@ -420,6 +420,137 @@ async fn a_write_without_a_leader_waits_for_one() {
     .await;
 }
 
+/// What a member without a leader does with the calls etcd makes raft
+/// proposals of, and with proposals whose callers have gone (etcd's raft
+/// node takes no proposal without a leader: the call waits out its
+/// context and the entry is never proposed):
+/// * a UserList with no deadline of its own (etcd proposes auth reads)
+///   fails after the request timeout with Unknown "context deadline
+///   exceeded" (retcd answered "request timed out", which clients retry);
+/// * a MemberRemove and a put with a 2 s deadline are answered Unknown
+///   "context deadline exceeded" at that deadline (or the client's timer
+///   goes off first), not before (retcd answered the member removal "raft
+///   proposal dropped" at once);
+/// * once a leader is back, neither was proposed: the member is still
+///   there and the key absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_without_a_leader_wait_out_their_deadline_as_etcd() {
+    use retcd_api::etcdserverpb::{
+        auth_client::AuthClient, cluster_client::ClusterClient, kv_client::KvClient,
+        AuthUserListRequest, MemberListRequest, MemberRemoveRequest, PutRequest, RangeRequest,
+    };
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(test_flavor(), 3, FAST)
+            .await
+            .expect("start cluster");
+        let leader = c.leader(Duration::from_secs(10)).await.expect("leader");
+        let keep = (leader + 1) % 3;
+        let others: Vec<usize> = (0..3).filter(|&i| i != keep).collect();
+        let channel = c.channel(keep).await.expect("connect");
+        let mut cluster = ClusterClient::new(channel.clone());
+        let members = || MemberListRequest {
+            linearizable: false,
+        };
+        let self_id = c.status_of(keep).await.expect("status").0;
+        let victim = cluster
+            .member_list(members())
+            .await
+            .expect("member list")
+            .into_inner()
+            .members
+            .iter()
+            .map(|m| m.id)
+            .find(|&id| id != self_id)
+            .expect("another member");
+        for &i in &others {
+            c.members[i].pause();
+        }
+        retry_until(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            async || match c.status_of(keep).await {
+                Ok((_, 0)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await
+        .expect("the lone member has no leader");
+
+        // FAST: the request timeout is 5 s + two election timeouts of 500 ms
+        let sent = std::time::Instant::now();
+        let r = AuthClient::new(channel.clone())
+            .user_list(AuthUserListRequest {})
+            .await;
+        let waited = sent.elapsed();
+        let status = r.expect_err("a user list without a leader");
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::Unknown, "context deadline exceeded"),
+            "user list after {waited:?}"
+        );
+        assert!(waited >= Duration::from_secs(5), "answered in {waited:?}");
+
+        let deadline = Duration::from_secs(2);
+        let mut remove = tonic::Request::new(MemberRemoveRequest { id: victim });
+        remove.set_timeout(deadline);
+        let mut put = tonic::Request::new(PutRequest {
+            key: b"nl/gone".to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        });
+        put.set_timeout(deadline);
+        let sent = std::time::Instant::now();
+        let mut kv = KvClient::new(channel.clone());
+        let (removed, wrote) = tokio::join!(cluster.member_remove(remove), kv.put(put));
+        let waited = sent.elapsed();
+        for (what, status) in [
+            ("member remove", removed.expect_err("member remove")),
+            ("put", wrote.expect_err("put")),
+        ] {
+            // the server's answer at the deadline, or the client's own
+            // timer (tonic's) that went off first
+            let got = (status.code(), status.message());
+            assert!(
+                got == (tonic::Code::Unknown, "context deadline exceeded")
+                    || got == (tonic::Code::Cancelled, "Timeout expired"),
+                "{what} after {waited:?}: {got:?}"
+            );
+        }
+        assert!(
+            waited >= deadline - Duration::from_millis(50),
+            "answered in {waited:?}"
+        );
+
+        // a leader again well within the request timeout of both calls
+        for &i in &others {
+            c.members[i].resume();
+        }
+        c.leader(Duration::from_secs(10))
+            .await
+            .expect("a leader again");
+        let listed = cluster
+            .member_list(MemberListRequest { linearizable: true })
+            .await
+            .expect("member list")
+            .into_inner();
+        assert!(
+            listed.members.iter().any(|m| m.id == victim),
+            "the member whose removal timed out was removed: {:?}",
+            listed.members
+        );
+        let got = kv
+            .range(RangeRequest {
+                key: b"nl/gone".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("get")
+            .into_inner();
+        assert!(got.kvs.is_empty(), "the put that timed out was applied");
+    })
+    .await;
+}
+
 /// A write whose leader stops answering times out with one of etcd's
 /// timeout texts (`parseProposeCtxErr`): a put sent to a follower just as
 /// its leader is paused is lost with the leader's messages; after the

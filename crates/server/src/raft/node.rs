@@ -89,10 +89,11 @@ struct Turn {
     /// one is known or their callers' deadlines come near: (request id,
     /// entry).
     held: Vec<(u64, Entry)>,
-    /// Conf changes held back while the leader still has one pending
-    /// (raft-rs would silently turn them into empty entries): (request id,
-    /// change, first tried).
-    deferred: Vec<(u64, ConfChange, Instant)>,
+    /// Conf changes held back while there is no leader (etcd's raft node
+    /// takes no proposal then: its `configure` waits out the caller's
+    /// context) or while the leader still has one pending (raft-rs would
+    /// silently turn them into empty entries): (request id, change).
+    deferred: Vec<(u64, ConfChange)>,
     /// Set when this member learnt it was removed; it exits a little later
     /// (etcd waits so the commit reaches the other members).
     removed_at: Option<Instant>,
@@ -339,8 +340,8 @@ impl RaftNode {
     /// one unapplied (raft-rs would replace it with an empty entry and the
     /// proposer would only time out).
     fn propose_conf_change(&mut self, id: u64, cc: ConfChange, turn: &mut Turn) {
-        if self.raw.raft.state == StateRole::Leader && self.raw.raft.has_pending_conf() {
-            turn.deferred.push((id, cc, Instant::now()));
+        if self.conf_change_waits() {
+            turn.deferred.push((id, cc));
             return;
         }
         if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
@@ -439,16 +440,31 @@ impl RaftNode {
         self.wait.trigger(id, Err(err));
     }
 
+    /// Whether a conf change proposed now is held back: no leader, or the
+    /// leader's previous change not yet applied.
+    fn conf_change_waits(&self) -> bool {
+        let r = &self.raw.raft;
+        r.leader_id == raft::INVALID_ID || (r.state == StateRole::Leader && r.has_pending_conf())
+    }
+
+    /// Proposes the held conf changes once nothing holds them back; those
+    /// whose callers' deadlines are near are given up as held proposals
+    /// are ([`Self::release_held`]), those already answered are dropped.
     fn retry_deferred_conf_changes(&mut self, turn: &mut Turn) {
-        if turn.deferred.is_empty()
-            || (self.raw.raft.state == StateRole::Leader && self.raw.raft.has_pending_conf())
-        {
+        if turn.deferred.is_empty() {
             return;
         }
-        for (id, cc, since) in std::mem::take(&mut turn.deferred) {
-            // Its proposer has given up by then.
-            if since.elapsed() < Duration::from_secs(60) {
-                self.propose_conf_change(id, cc, turn);
+        let give_up_at = Instant::now() + 2 * self.cfg.tick + super::wait::SWEEP_EVERY;
+        let waits = self.conf_change_waits();
+        for (id, cc) in std::mem::take(&mut turn.deferred) {
+            match self.wait.deadline(id) {
+                None => {} // its caller was answered already
+                Some(d) if d <= give_up_at => {
+                    self.metrics.proposals_failed.inc();
+                    self.wait.trigger(id, Err(ServerError::ProposeDeadline));
+                }
+                Some(_) if waits => turn.deferred.push((id, cc)),
+                Some(_) => self.propose_conf_change(id, cc, turn),
             }
         }
     }

@@ -91,9 +91,17 @@ impl Wait {
         }
     }
 
-    /// When the proposer of `id` gives up; `None` once it was answered.
+    /// When the proposer of `id` gives up; `None` once it was answered or
+    /// has gone (its call cut at its `grpc-timeout`, or its client left:
+    /// the waiter is then forgotten).
     pub fn deadline(&self, id: u64) -> Option<Instant> {
-        self.waiters.lock().get(&id).map(|w| w.deadline)
+        let mut waiters = self.waiters.lock();
+        let w = waiters.get(&id)?;
+        if w.tx.is_closed() {
+            waiters.remove(&id);
+            return None;
+        }
+        Some(w.deadline)
     }
 
     /// Forgets `id` (its proposer gave up).
@@ -186,5 +194,20 @@ mod tests {
         assert_eq!(w.pending(), 1, "the other still waits");
         w.trigger(2, Ok(ApplyResult::Empty));
         assert!(matches!(later.await, Ok(Ok(ApplyResult::Empty))));
+    }
+
+    #[test]
+    fn test_a_gone_caller_has_no_deadline() {
+        let w = Wait::default();
+        let at = Instant::now() + Duration::from_secs(60);
+        let kept = w.register(1, at);
+        let gone = w.register(2, at);
+        drop(gone);
+        assert_eq!(w.deadline(1), Some(at));
+        assert_eq!(w.deadline(2), None, "its caller dropped the answer");
+        assert_eq!(w.pending(), 1, "and its waiter is forgotten");
+        w.trigger(1, Ok(ApplyResult::Empty));
+        assert_eq!(w.deadline(1), None, "answered");
+        drop(kept);
     }
 }

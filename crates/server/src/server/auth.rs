@@ -1,6 +1,7 @@
 //! The Auth service's flows: changes go through raft (`auth::AuthStore::
 //! apply`); reads (UserGet/List, RoleGet/List, AuthStatus) are answered
-//! from the applied store after a linearizable read barrier, with etcd's
+//! from the applied store after a linearizable read barrier (timing out
+//! as etcd's proposals of them do), with etcd's
 //! permission rules (admin only, except a user's own record and roles).
 //! bcrypt runs on a blocking thread (cost 10 is tens of milliseconds).
 
@@ -54,9 +55,20 @@ impl EtcdServer {
     }
 
     /// `who`, after a linearizable read barrier (reads of the auth store
-    /// see every change applied before the call).
+    /// see every change applied before the call). etcd puts these reads
+    /// through raft as proposals, so a barrier that times out answers as
+    /// a proposal does: without a leader (etcd's raft node takes no
+    /// proposal then) Unknown "context deadline exceeded", else why, in
+    /// `parseProposeCtxErr`'s words.
     async fn auth_reader(&self, creds: &Credentials) -> Result<Option<AuthInfo>, ServerError> {
-        self.linearizable_read_notify().await?;
+        let start = std::time::Instant::now();
+        match self.linearizable_read_notify().await {
+            Err(ServerError::Timeout) if self.leader() == 0 => {
+                return Err(ServerError::ProposeDeadline)
+            }
+            Err(ServerError::Timeout) => return Err(self.propose_timed_out(start)),
+            r => r?,
+        }
         self.who(creds)
     }
 
