@@ -1906,6 +1906,49 @@ fn prelude() -> Vec<Step> {
                 ],
             ),
         ),
+        // etcd loads the client certificate files only to serve an https
+        // client URL, once its server is ready: with http URLs a missing
+        // file is never read, and the initial cluster is checked before
+        // it (seed 84)
+        step(
+            "an http client URL with a missing certificate file",
+            base(
+                &[],
+                &[
+                    "--cert-file={PKI}/missing.crt",
+                    "--key-file={PKI}/server.key",
+                ],
+            ),
+        ),
+        step(
+            "an https client URL with a missing certificate file",
+            base(
+                &["listen-client-urls", "advertise-client-urls"],
+                &[
+                    "--listen-client-urls=https://127.0.0.1:{C}",
+                    "--advertise-client-urls=https://127.0.0.1:{C}",
+                    "--cert-file={PKI}/missing.crt",
+                    "--key-file={PKI}/server.key",
+                ],
+            ),
+        ),
+        step(
+            "a missing client certificate file and a duplicate peer URL",
+            base(
+                &[
+                    "listen-client-urls",
+                    "advertise-client-urls",
+                    "initial-cluster",
+                ],
+                &[
+                    "--listen-client-urls=https://127.0.0.1:{C}",
+                    "--advertise-client-urls=https://127.0.0.1:{C}",
+                    "--initial-cluster=n1=http://127.0.0.1:{P},n2=http://127.0.0.1:{P}",
+                    "--cert-file={PKI}/missing.crt",
+                    "--key-file={PKI}/server.key",
+                ],
+            ),
+        ),
         step(
             "a unixs client URL without certificates",
             base(

@@ -63,7 +63,13 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     if cfg.enable_pprof {
         tracing::info!(path = "/debug/pprof", "pprof is enabled");
     }
-    let tls = crate::tls::Tls::from_config(&cfg)?;
+    let mut tls = crate::tls::Tls::from_config(&cfg)?;
+    // Client TLS files that could not be loaded are an error only where
+    // etcd loads them: an `https://` metrics listener (opened once the
+    // server has started) or an `https://`/`unixs://` client listener
+    // (once the server is ready); with `http://` URLs only, never.
+    let mut client_tls_error = tls.client_error.take();
+    let secure = |u: &str| u.starts_with("https://") || u.starts_with("unixs://");
     crate::api::gateway::set_access(
         &cfg.cors,
         &cfg.host_whitelist,
@@ -95,6 +101,9 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // server looks at the cluster (embed.StartEtcd), so a port in use is
     // what it reports first.
     let mut client_listeners = Vec::new();
+    // Secure client listeners bound but never served: their TLS files
+    // could not be loaded (`client_tls_error`).
+    let mut unserved = Vec::new();
     let grpc_urls = split_urls(&cfg.listen_client_urls);
     let http_urls = split_urls(&cfg.listen_client_http_urls);
     for (url, grpc) in grpc_urls
@@ -102,6 +111,10 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         .map(|u| (u, true))
         .chain(http_urls.into_iter().map(|u| (u, false)))
     {
+        if client_tls_error.is_some() && secure(&url) {
+            unserved.push(bind_client(&url).await?);
+            continue;
+        }
         // etcd refuses an https or unixs client URL without a certificate
         // before it binds anything.
         if url.starts_with("unixs://") {
@@ -198,6 +211,11 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         let l = TcpListener::bind(&addr)
             .await
             .map_err(|e| go_listen_error(&addr, &e))?;
+        if url.starts_with("https://") {
+            if let Some(e) = client_tls_error.take() {
+                anyhow::bail!(e);
+            }
+        }
         let acceptor = https_acceptor(&url, &tls.client_acceptor, &cfg, false)?;
         let router = crate::api::http::metrics_router(server.clone());
         tracing::info!(address = %addr, "serving metrics");
@@ -295,7 +313,28 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         }));
     }
 
-    let (signal, signo) = shutdown_signal().await;
+    // etcd's secure client listener fails once the server is ready, and
+    // etcd exits ("listener failed").
+    let listener_failed = async {
+        match client_tls_error {
+            Some(e) if !unserved.is_empty() => {
+                let mut published = server.published();
+                if published.wait_for(|p| *p).await.is_ok() {
+                    return e;
+                }
+                std::future::pending().await
+            }
+            _ => std::future::pending().await,
+        }
+    };
+    let (signal, signo) = tokio::select! {
+        s = shutdown_signal() => s,
+        e = listener_failed => {
+            tracing::error!(error = %e, "listener failed");
+            anyhow::bail!(e);
+        }
+    };
+    drop(unserved);
     RECEIVED.store(signo, std::sync::atomic::Ordering::SeqCst);
     tracing::info!(signal, "received signal; shutting down");
     tracing::info!(

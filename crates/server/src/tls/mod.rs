@@ -72,6 +72,12 @@ pub struct Tls {
     pub peer_san_check: bool,
     /// Dials peers' and clients' `https://` URLs.
     pub dialer: Dialer,
+    /// Why the client side's certificate, key, CA or CRL files could not
+    /// be loaded: etcd loads them only when it serves an `https://` client
+    /// URL, once its server is ready (`serveCtx.serve`), or when it opens
+    /// an `https://` metrics listener; with `http://` URLs it never does.
+    /// The caller raises it there (`run`).
+    pub client_error: Option<String>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -485,15 +491,25 @@ impl Tls {
             dial_key: cfg.peer_client_key_file.clone(),
             auto: peer_auto.is_some(),
         };
+        let peer_acceptor = peer.acceptor(&proto)?;
+        // etcd applies the peer allow-list to the peers it dials too.
+        let peer_dial = peer.dial(&proto, peer.allowed.clone())?;
+        let client_side = client
+            .acceptor(&proto)
+            .and_then(|a| Ok((a, client.dial(&proto, Allowed::Any)?)));
+        let ((client_acceptor, client_dial), client_error) = match client_side {
+            Ok(side) => (side, None),
+            Err(e) => ((None, None), Some(format!("{e:#}"))),
+        };
         Ok(Tls {
-            client_acceptor: client.acceptor(&proto)?,
-            peer_acceptor: peer.acceptor(&proto)?,
+            client_acceptor,
+            peer_acceptor,
             peer_san_check: !cfg.experimental_peer_skip_client_san_verification && !peer.auto,
             dialer: Dialer {
-                // etcd applies the peer allow-list to the peers it dials too.
-                peer: peer.dial(&proto, peer.allowed.clone())?,
-                client: client.dial(&proto, Allowed::Any)?,
+                peer: peer_dial,
+                client: client_dial,
             },
+            client_error,
         })
     }
 }
