@@ -39,7 +39,11 @@
 //! cut truncates), else when the current one is full. An idle member
 //! prepares nothing; an unfinished spare is removed at the next open.
 //! A segment reopened with every block of its tail written (`FIEMAP`:
-//! no unwritten extent, no hole) is taken for a prepared one.
+//! no unwritten extent, no hole) is taken for a prepared one. Appends
+//! into a prepared segment are written with `O_DIRECT` where the file
+//! system takes it, each rewriting the page the log ends in whole
+//! ([`segment::Direct`]): the fdatasync after it has no page to write
+//! back.
 //!
 //! # Records
 //!
@@ -228,6 +232,12 @@ pub struct Wal {
     /// was a prepared spare, else 0 (see [`Wal::zeroed`]): writes into it
     /// are padded to whole pages up to there (`segment::page_pad`).
     zeros_end: u64,
+    /// Appends into the current (prepared) segment with `O_DIRECT`, once
+    /// the file system took a first direct write ([`segment::Direct`]).
+    direct: Option<segment::Direct>,
+    /// The current segment is a prepared one whose direct writing is yet
+    /// to be tried (at its first append).
+    try_direct: bool,
     /// Bytes this handle appended to the current segment, and the synced
     /// saves among those appends.
     appended: u64,
@@ -276,6 +286,8 @@ impl Wal {
             failed: false,
             spare: None,
             zeros_end: 0,
+            direct: None,
+            try_direct: false,
             appended: 0,
             appended_syncs: 0,
         })
@@ -394,6 +406,7 @@ impl Wal {
         let last = names.last().map(|n| n.file_name()).unwrap_or_default();
         let path = dir.join(&last);
         let file = OpenOptions::new()
+            .read(true)
             .write(true)
             .open(&path)
             .map_err(io_err(format!("open {}", path.display())))?;
@@ -443,6 +456,8 @@ impl Wal {
             failed: false,
             spare: None,
             zeros_end,
+            direct: None,
+            try_direct: zeros_end > 0,
             appended: 0,
             appended_syncs: 0,
         };
@@ -624,11 +639,18 @@ impl Wal {
         // error messages are formatted only on error (formatting the
         // segment's name for both calls was 6 % of a lone put's
         // instructions)
-        let res = if self.zeroed() {
-            let pad = segment::page_pad(self.offset + buf.len() as u64, self.zeros_end);
-            segment::write_padded(&self.file, buf, pad, self.offset)
-        } else {
-            self.file.write_all_at(buf, self.offset)
+        if std::mem::take(&mut self.try_direct) {
+            self.direct = segment::Direct::start(&self.file, self.offset, self.zeros_end);
+        }
+        let res = match &mut self.direct {
+            Some(d) if d.fits(self.offset, buf.len()) => d.write(&self.file, buf, self.offset),
+            // past the prepared zeros (the segment's last append): through
+            // the page cache from here on
+            Some(_) => {
+                self.direct = None;
+                segment::Direct::stop(&self.file).and_then(|()| self.write_buffered(buf))
+            }
+            None => self.write_buffered(buf),
         };
         let res = res.map_err(|e| io_err(format!("write {}", self.current_name()))(e));
         let res = res.and_then(|()| if sync { self.sync_file() } else { Ok(()) });
@@ -642,6 +664,17 @@ impl Wal {
         self.enc = enc;
         self.unsynced = !sync;
         Ok(())
+    }
+
+    /// Writes `buf` at the end of the log through the page cache (into a
+    /// prepared segment padded to its page's end: `segment::page_pad`).
+    fn write_buffered(&self, buf: &[u8]) -> std::io::Result<()> {
+        if self.zeroed() {
+            let pad = segment::page_pad(self.offset + buf.len() as u64, self.zeros_end);
+            segment::write_padded(&self.file, buf, pad, self.offset)
+        } else {
+            self.file.write_all_at(buf, self.offset)
+        }
     }
 
     /// `--unsafe-no-fsync`: from now on nothing is fdatasynced (a crash or
@@ -733,6 +766,8 @@ impl Wal {
         self.sync_count += syncs;
         self.file = file;
         self.zeros_end = zeros_end;
+        self.direct = None;
+        self.try_direct = zeros_end > 0;
         self.appended = 0;
         self.appended_syncs = 0;
         self.offset = buf.len() as u64;

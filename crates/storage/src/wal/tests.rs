@@ -1295,3 +1295,63 @@ fn test_spare_zeros_skip_the_page_cache_and_appends_read_nothing() {
         "with direct writes refused the zeros did not go through the page cache"
     );
 }
+
+/// Appends into a prepared segment go past the page cache (`O_DIRECT`,
+/// each rewriting the page the log ends in) where the file system takes
+/// it: appends of every size around a page, a large one, with and
+/// without a sync, replay whole; so do appends after a reopen (the
+/// partial last page read back first), and an append that would go past
+/// the prepared zeros is written through the page cache instead.
+#[test]
+fn test_appends_into_a_prepared_segment_are_written_directly() {
+    with_prealloc(1 << 20, || {
+        let dir = tempfile::tempdir().unwrap();
+        let direct = takes_direct_io(dir.path());
+        let mut w = Wal::create(dir.path(), b"m").unwrap();
+        let mut i = save_until_on_a_spare(&mut w);
+        let ent = |i: u64, len: usize| WalEntry {
+            index: i,
+            term: 2,
+            data: (0..len).map(|b| (b as u64 ^ i) as u8).collect(),
+        };
+        let mut want: Vec<WalEntry> = (1..=i).map(big_ent).collect();
+        let sizes = [1, 300, 4095, 4096, 4097, 5000, 0, 100_000, 17];
+        for (n, &len) in sizes.iter().enumerate() {
+            i += 1;
+            let e = ent(i, len);
+            if n % 2 == 0 {
+                w.save(Some(b"hs1"), std::slice::from_ref(&e)).unwrap();
+            } else {
+                w.save_opt(None, std::slice::from_ref(&e), false).unwrap();
+            }
+            want.push(e);
+        }
+        assert_eq!(w.direct.is_some(), direct, "direct writes where taken");
+        drop(w);
+        let (mut w, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries, want);
+        assert_eq!(c.hard_state.as_deref(), Some(&b"hs1"[..]));
+        assert!(w.zeroed());
+        // after the reopen, then on past the prepared zeros (1 MiB)
+        let segs = segment_paths(dir.path()).len();
+        let mut crossed = false;
+        while w.offset < (1 << 20) + 8192 {
+            i += 1;
+            let e = ent(i, 3000 + (i as usize % 5000));
+            w.save(Some(b"hs2"), std::slice::from_ref(&e)).unwrap();
+            want.push(e);
+            if w.offset > w.zeros_end {
+                crossed = true;
+                assert!(w.direct.is_none(), "a direct write past the zeros");
+            } else {
+                assert_eq!(w.direct.is_some(), direct, "after the reopen");
+            }
+        }
+        assert!(crossed);
+        assert_eq!(segment_paths(dir.path()).len(), segs, "no cut meanwhile");
+        drop(w);
+        let (_, c) = Wal::open(dir.path()).unwrap();
+        assert_eq!(c.entries, want);
+        assert_eq!(c.hard_state.as_deref(), Some(&b"hs2"[..]));
+    });
+}
