@@ -367,6 +367,21 @@ async fn followers_apply_a_lone_write_before_the_next_heartbeat() {
     .await;
 }
 
+/// Waits (bounded) until member `i`, cut off from its peers, reports no
+/// leader.
+async fn wait_leaderless(c: &Cluster, i: usize) {
+    retry_until(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        async || match c.status_of(i).await {
+            Ok((_, 0)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await
+    .expect("the lone member has no leader");
+}
+
 /// A write sent while its member has no leader waits for one, as in etcd
 /// (etcd's raft node takes no proposal without a leader, so it waits
 /// until the request times out), instead of failing at once with "no
@@ -389,16 +404,7 @@ async fn a_write_without_a_leader_waits_for_one() {
         c.members[leader].stop();
         c.members[back].stop();
         // the follower left alone loses its leader (no heartbeats)
-        retry_until(
-            Duration::from_secs(10),
-            Duration::from_millis(50),
-            async || match c.status_of(keep).await {
-                Ok((_, 0)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            },
-        )
-        .await
-        .expect("the lone follower has no leader");
+        wait_leaderless(&c, keep).await;
         let sent = std::time::Instant::now();
         let put = tokio::spawn({
             let mut cl = cl.clone();
@@ -465,16 +471,7 @@ async fn calls_without_a_leader_wait_out_their_deadline_as_etcd() {
         for &i in &others {
             c.members[i].pause();
         }
-        retry_until(
-            Duration::from_secs(10),
-            Duration::from_millis(50),
-            async || match c.status_of(keep).await {
-                Ok((_, 0)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            },
-        )
-        .await
-        .expect("the lone member has no leader");
+        wait_leaderless(&c, keep).await;
 
         // FAST: the request timeout is 5 s + two election timeouts of 500 ms
         let sent = std::time::Instant::now();
