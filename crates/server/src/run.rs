@@ -69,14 +69,14 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // server has started) or an `https://`/`unixs://` client listener
     // (once the server is ready); with `http://` URLs only, never.
     let mut client_tls_error = tls.client_error.take();
-    let secure = |u: &str| u.starts_with("https://") || u.starts_with("unixs://");
+    let secure = |u: &String| u.starts_with("https://") || u.starts_with("unixs://");
     crate::api::gateway::set_access(
         &cfg.cors,
         &cfg.host_whitelist,
         split_urls(&cfg.listen_client_urls)
             .iter()
             .chain(split_urls(&cfg.listen_client_http_urls).iter())
-            .all(|u| u.starts_with("https://") || u.starts_with("unixs://")),
+            .all(secure),
     );
     // Clients are stopped first; peers (and raft) keep running while they
     // drain and while a leader hands leadership over, as etcd does.

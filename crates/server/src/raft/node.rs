@@ -389,15 +389,13 @@ impl RaftNode {
     /// Gives up the held proposals whose callers' deadlines are near (or
     /// already answered): their callers get etcd's answer to a `Propose`
     /// that waited out its context, Unknown "context deadline exceeded",
-    /// and the entries are never proposed. Near is two raft turns and a
-    /// sweep of the waiters, so this thread answers before the sweeper
-    /// and never proposes an entry whose caller was answered. Once there
-    /// is a leader, the rest are proposed, in order.
+    /// and the entries are never proposed ([`Self::still_held`]). Once
+    /// there is a leader, the rest are proposed, in order.
     fn release_held(&mut self, turn: &mut Turn) {
         if turn.held.is_empty() {
             return;
         }
-        let give_up_at = Instant::now() + 2 * self.cfg.tick + super::wait::SWEEP_EVERY;
+        let give_up_at = self.give_up_at();
         let leaderless = self.raw.raft.leader_id == raft::INVALID_ID;
         // Held in arrival order, so their deadlines (one timeout after
         // each call) grow: without a leader only the front is looked at,
@@ -405,18 +403,11 @@ impl RaftNode {
         let mut kept = Vec::with_capacity(turn.held.len());
         let mut held = std::mem::take(&mut turn.held).into_iter();
         for (id, entry) in held.by_ref() {
-            match self.wait.deadline(id) {
-                Some(d) if d > give_up_at => {
-                    kept.push((id, entry));
-                    if leaderless {
-                        break;
-                    }
+            if self.still_held(id, give_up_at) {
+                kept.push((id, entry));
+                if leaderless {
+                    break;
                 }
-                Some(_) => {
-                    self.metrics.proposals_failed.inc();
-                    self.wait.trigger(id, Err(ServerError::ProposeDeadline));
-                }
-                None => {} // its caller was answered already
             }
         }
         if leaderless {
@@ -427,6 +418,30 @@ impl RaftNode {
         let (ids, entries): (Vec<u64>, Vec<Entry>) = kept.into_iter().unzip();
         if !ids.is_empty() {
             self.propose_now(&ids, entries);
+        }
+    }
+
+    /// Held requests whose callers' deadlines come before this are given
+    /// up: two raft turns and a sweep of the waiters away, so this thread
+    /// answers before the sweeper and never proposes an entry whose caller
+    /// was answered.
+    fn give_up_at(&self) -> Instant {
+        Instant::now() + 2 * self.cfg.tick + super::wait::SWEEP_EVERY
+    }
+
+    /// Whether held request `id` is still to be proposed: not once its
+    /// caller was answered or has gone, nor once its deadline is before
+    /// `give_up_at` (its caller then gets etcd's Unknown "context deadline
+    /// exceeded").
+    fn still_held(&self, id: u64, give_up_at: Instant) -> bool {
+        match self.wait.deadline(id) {
+            Some(d) if d > give_up_at => true,
+            Some(_) => {
+                self.metrics.proposals_failed.inc();
+                self.wait.trigger(id, Err(ServerError::ProposeDeadline));
+                false
+            }
+            None => false,
         }
     }
 
@@ -454,17 +469,16 @@ impl RaftNode {
         if turn.deferred.is_empty() {
             return;
         }
-        let give_up_at = Instant::now() + 2 * self.cfg.tick + super::wait::SWEEP_EVERY;
+        let give_up_at = self.give_up_at();
         let waits = self.conf_change_waits();
         for (id, cc) in std::mem::take(&mut turn.deferred) {
-            match self.wait.deadline(id) {
-                None => {} // its caller was answered already
-                Some(d) if d <= give_up_at => {
-                    self.metrics.proposals_failed.inc();
-                    self.wait.trigger(id, Err(ServerError::ProposeDeadline));
-                }
-                Some(_) if waits => turn.deferred.push((id, cc)),
-                Some(_) => self.propose_conf_change(id, cc, turn),
+            if !self.still_held(id, give_up_at) {
+                continue;
+            }
+            if waits {
+                turn.deferred.push((id, cc));
+            } else {
+                self.propose_conf_change(id, cc, turn);
             }
         }
     }

@@ -643,7 +643,9 @@ impl Wal {
             self.direct = segment::Direct::start(&self.file, self.offset, self.zeros_end);
         }
         let res = match &mut self.direct {
-            Some(d) if d.fits(self.offset, buf.len()) => d.write(&self.file, buf, self.offset),
+            Some(d) if segment::Direct::fits(self.offset, buf.len(), self.zeros_end) => {
+                d.write(&self.file, buf, self.offset)
+            }
             // past the prepared zeros (the segment's last append): through
             // the page cache from here on
             Some(_) => {

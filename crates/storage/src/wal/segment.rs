@@ -429,9 +429,6 @@ pub(crate) fn write_padded(f: &File, buf: &[u8], pad: usize, offset: u64) -> std
 pub(crate) struct Direct {
     /// The bytes of the page the log's end is in, before that end.
     tail: Vec<u8>,
-    /// Where the prepared zeros end: a write that would go past them is
-    /// not made here (see [`Direct::fits`]).
-    zeros_end: u64,
     /// Scratch, over-allocated so that a page-aligned run of it holds a
     /// whole write.
     scratch: Vec<u8>,
@@ -458,7 +455,6 @@ impl Direct {
         set_direct(f, true).ok()?;
         let mut direct = Direct {
             tail,
-            zeros_end,
             scratch: Vec::new(),
         };
         match direct.write(f, &[], end) {
@@ -471,9 +467,9 @@ impl Direct {
     }
 
     /// Whether `len` more bytes after `end` stay inside the prepared zeros
-    /// once padded to a page.
-    pub(crate) fn fits(&self, end: u64, len: usize) -> bool {
-        (end + len as u64).div_ceil(PAGE as u64) * PAGE as u64 <= self.zeros_end
+    /// (up to `zeros_end`) once padded to a page.
+    pub(crate) fn fits(end: u64, len: usize, zeros_end: u64) -> bool {
+        (end + len as u64).div_ceil(PAGE as u64) * PAGE as u64 <= zeros_end
     }
 
     /// Writes `buf` at `end`, the log's end (see the type).
