@@ -392,6 +392,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for AuthorityFix<S> {
     }
 }
 
+impl<S: crate::api::defer_writes::SendMore> crate::api::defer_writes::SendMore for AuthorityFix<S> {
+    fn can_send_more(&self) -> bool {
+        self.inner.can_send_more()
+    }
+    fn poll_send_more(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_send_more(cx, bufs)
+    }
+    fn push(&self) -> io::Result<()> {
+        self.inner.push()
+    }
+}
+
 impl<S: Connected> Connected for AuthorityFix<S> {
     type ConnectInfo = S::ConnectInfo;
     fn connect_info(&self) -> Self::ConnectInfo {
