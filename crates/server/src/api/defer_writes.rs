@@ -30,14 +30,17 @@
 //! A watch stream sending 1 000 watchers' events made one `writev` per
 //! 14 KiB, twice as many as etcd (whose writes go through a 32 KiB buffer).
 //! The connection copies what h2 writes into a buffer of up to
-//! [`GATHER_LIMIT`] and writes it when h2 flushes (the end of its round) or
-//! when the buffer would overflow; a write at least that large goes
-//! straight through.
+//! [`GATHER_LIMIT`] and writes it at h2's first flush once the round's
+//! turn has come, or when the buffer would overflow; a write at least that
+//! large goes straight through. h2 flushes after each such DATA frame: a
+//! flush before the turn returns at once without writing, so h2 goes on
+//! with the round (a flush that waited stopped it after a frame or two:
+//! unary answers of 256 bytes or more left in one send each).
 //!
 //! On plain TCP a large write ([`MORE_THRESHOLD`] or more: h2's full DATA
 //! frames) is not copied: it goes to the socket at once with `MSG_MORE`
 //! (after what was gathered before it), so the kernel appends it to the
-//! segment it is building instead of sending it, and the round's flush
+//! segment it is building instead of sending it, and the round's write
 //! pushes the segment out (the last gathered bytes sent without the flag,
 //! or, if none, `TCP_NODELAY` set again, which pushes what is held). The
 //! copy cost a watch stream's fan-out a sixth of its CPU; one `sendmsg`
@@ -313,20 +316,22 @@ impl<S: AsyncWrite + SendMore + Unpin> AsyncWrite for DeferWrites<S> {
     /// The end of a round of writes: what was gathered is written once the
     /// round's turn comes, and the next write waits again.
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.sent < self.gathered.len() {
-            ready!(self.poll_turn(cx));
-            ready!(self.poll_drain(cx))?;
-        }
-        if self.held {
-            // h2 flushes after every DATA frame: what the kernel holds is
-            // pushed once the worker has run its other tasks. Until then
-            // h2 goes on writing; the turn's wake-up polls the connection
+        if self.sent < self.gathered.len() || self.held {
+            // h2 flushes after every DATA frame it writes on its own
+            // (over 256 bytes): what was gathered or is held leaves once
+            // the worker has run its other tasks. Until then h2 goes on
+            // writing the round; the turn's wake-up polls the connection
             // again, and it flushes again.
             if self.poll_turn(cx).is_pending() {
                 return Poll::Ready(Ok(()));
             }
-            self.inner.push()?;
-            self.held = false;
+            if self.sent < self.gathered.len() {
+                // sent without more to follow: pushes what is held too
+                ready!(self.poll_drain(cx))?;
+            } else {
+                self.inner.push()?;
+                self.held = false;
+            }
         }
         let r = Pin::new(&mut self.inner).poll_flush(cx);
         if r.is_ready() {
@@ -357,30 +362,56 @@ mod tests {
     use crate::api::grpc_metrics::InFlight;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Two tasks on one worker: the second's work (ready when the write
-    /// starts) runs before the write reaches the socket.
+    /// Two tasks on one worker: a round's write reaches the connection
+    /// only after the other task (ready when the write started) has run.
+    /// h2's flush returns meanwhile (h2 flushes after each large frame and
+    /// would stop writing the round); the turn's wake-up polls the
+    /// connection again, and that flush writes.
     #[tokio::test(flavor = "current_thread")]
     async fn test_write_waits_for_the_other_ready_tasks() {
         // two calls in progress: this connection's and another one
         let _calls = [InFlight::new(), InFlight::new()];
         let (a, mut b) = tokio::io::duplex(1024);
-        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let o = order.clone();
-        let other = tokio::spawn(async move { o.lock().unwrap().push("other task") });
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        let other = tokio::spawn(async move { r.store(true, Ordering::SeqCst) });
         let mut w = DeferWrites::new(a);
+        let readable = |b: &mut tokio::io::DuplexStream| {
+            let mut buf = [0u8; 16];
+            let mut rb = ReadBuf::new(&mut buf);
+            let waker = Waker::noop();
+            let ready = Pin::new(b).poll_read(&mut Context::from_waker(waker), &mut rb);
+            ready.is_ready().then(|| rb.filled().to_vec())
+        };
         w.write_all(b"hello").await.unwrap();
         w.flush().await.unwrap();
-        order.lock().unwrap().push("written");
+        assert!(!ran.load(Ordering::SeqCst));
+        assert_eq!(readable(&mut b), None, "written before its turn");
+        // the worker runs the other task, then the turn's wake-up comes
+        tokio::task::yield_now().await;
+        assert!(ran.load(Ordering::SeqCst));
+        w.flush().await.unwrap();
+        assert_eq!(readable(&mut b).as_deref(), Some(&b"hello"[..]));
         other.await.unwrap();
-        assert_eq!(*order.lock().unwrap(), ["other task", "written"]);
-        let mut got = [0u8; 5];
-        b.read_exact(&mut got).await.unwrap();
-        assert_eq!(&got, b"hello");
         // the next round waits again, and still completes
         w.write_all(b"again").await.unwrap();
         w.flush().await.unwrap();
-        b.read_exact(&mut got).await.unwrap();
-        assert_eq!(&got, b"again");
+        assert_eq!(readable(&mut b), None, "written before its turn");
+        tokio::task::yield_now().await;
+        w.flush().await.unwrap();
+        assert_eq!(readable(&mut b).as_deref(), Some(&b"again"[..]));
+    }
+
+    /// Flushes as h2 does until the round is out: again after each
+    /// wake-up (other tests' calls in flight make a round wait its turn).
+    async fn flush_round<S: AsyncWrite + SendMore + Unpin>(w: &mut DeferWrites<S>) {
+        loop {
+            w.flush().await.unwrap();
+            if w.sent == w.gathered.len() && !w.held {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Records the size of every write that reaches it.
@@ -424,7 +455,7 @@ mod tests {
             w.inner.writes.is_empty(),
             "nothing written before the flush"
         );
-        w.flush().await.unwrap();
+        flush_round(&mut w).await;
         assert_eq!(w.inner.writes, [30_000]);
         // 50k then 20k: the 50k leaves before the 20k is taken
         w.write_all(&chunk(50_000, 3)).await.unwrap();
