@@ -23,6 +23,7 @@ pub mod transport;
 mod wait;
 
 pub use proposer::Proposer;
+pub(crate) use read_index::ReadQueue;
 pub use status::RaftStatus;
 pub use wait::Wait;
 
@@ -61,8 +62,9 @@ pub enum RaftInput {
     },
     /// A message from a peer.
     Step(Message),
-    /// A linearizable read wants the read index; answered once applied ≥ it.
-    ReadIndex(oneshot::Sender<Result<(), ServerError>>),
+    /// Linearizable reads wait in the [`ReadQueue`]: take them; each is
+    /// answered once applied ≥ the read index.
+    Reads,
     Unreachable(u64),
     SnapshotReport(u64, bool),
     /// Ask the thread to leave its loop (after a durable backend commit).

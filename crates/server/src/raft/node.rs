@@ -23,7 +23,7 @@ use super::commit_notice::CommitNotice;
 use super::read_index::Reads;
 use super::storage::RaftStorage;
 use super::transport::Transport;
-use super::{RaftInput, RaftReceiver, RaftStatus, Wait};
+use super::{RaftInput, RaftReceiver, RaftStatus, ReadQueue, Wait};
 use crate::apply::membership::{self, Change};
 use crate::apply::{Applier, ApplyResult};
 use crate::error::{fatal, ServerError};
@@ -73,6 +73,8 @@ pub struct RaftNode {
     pub metrics: &'static Metrics,
     pub transport: Transport,
     pub rx: RaftReceiver,
+    /// Linearizable reads waiting to be taken (shared with the [`Proposer`](super::Proposer)).
+    pub(crate) read_queue: Arc<ReadQueue>,
     pub cfg: RaftNodeConfig,
     /// Index of the last snapshot record saved in the WAL.
     pub snapshot_index: u64,
@@ -146,6 +148,13 @@ const REMOVED_EXIT_DELAY: Duration = Duration::from_secs(1);
 /// Applied entries kept in memory beyond `catchup_entries` before the log is
 /// trimmed between snapshots (trimming in steps, not on every apply).
 const MEMORY_LOG_SLACK: u64 = 5_000;
+
+impl Drop for RaftNode {
+    /// Reads still queued, and any later one, fail: no one will take them.
+    fn drop(&mut self) {
+        self.read_queue.close();
+    }
+}
 
 impl RaftNode {
     pub fn run(mut self) {
@@ -299,7 +308,11 @@ impl RaftNode {
                         .on_forwarded(from, self.raw.raft.raft_log.last_index());
                 }
             }
-            RaftInput::ReadIndex(tx) => turn.reads.push(tx),
+            RaftInput::Reads => {
+                for reader in self.read_queue.take() {
+                    turn.reads.push(reader);
+                }
+            }
             RaftInput::Unreachable(id) => self.raw.report_unreachable(id),
             RaftInput::SnapshotReport(id, ok) => self.raw.report_snapshot(
                 id,

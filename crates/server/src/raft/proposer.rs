@@ -2,7 +2,7 @@
 //! linearizable read barriers, membership changes, leadership, and the
 //! published raft status. Cheap to clone.
 
-use super::{ProposalResult, RaftInput, RaftSender, RaftStatus, Wait};
+use super::{ProposalResult, RaftInput, RaftSender, RaftStatus, ReadQueue, Wait};
 use crate::apply::ApplyResult;
 use crate::error::ServerError;
 use prost::Message as _;
@@ -26,19 +26,36 @@ struct Inner {
     member_id: u64,
     raft: RaftSender,
     wait: Arc<Wait>,
+    /// Linearizable reads waiting for the raft thread to take them.
+    reads: Arc<ReadQueue>,
     status: Arc<RaftStatus>,
     next_id: AtomicU64,
     request_timeout: Duration,
     max_request_bytes: u64,
 }
 
+/// Tells the raft thread, when dropped, that reads are queued for it; if
+/// it cannot be told, every queued read fails as the telling would have.
+struct TellRaft<'a>(&'a Inner);
+
+impl Drop for TellRaft<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.raft.send(RaftInput::Reads) {
+            for reader in self.0.reads.take() {
+                let _ = reader.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
 impl Proposer {
-    /// A handle on the raft thread fed by `raft`; `wait` and `status` are
-    /// shared with that thread.
-    pub fn new(
+    /// A handle on the raft thread fed by `raft`; `wait`, `reads` and
+    /// `status` are shared with that thread.
+    pub(crate) fn new(
         member_id: u64,
         raft: RaftSender,
         wait: Arc<Wait>,
+        reads: Arc<ReadQueue>,
         status: Arc<RaftStatus>,
         request_timeout: Duration,
         max_request_bytes: u64,
@@ -52,6 +69,7 @@ impl Proposer {
                 member_id,
                 raft,
                 wait,
+                reads,
                 status,
                 // etcd's idutil: 16 bits of member id, then a time-seeded
                 // counter.
@@ -138,7 +156,18 @@ impl Proposer {
     /// call (ReadIndex). Concurrent callers share one ReadIndex.
     pub async fn read_index(&self) -> Result<(), ServerError> {
         let (tx, rx) = oneshot::channel();
-        self.inner.raft.send(RaftInput::ReadIndex(tx))?;
+        if self.inner.reads.push(tx)? {
+            // The first read of a batch tells the raft thread, once this
+            // worker has run its other ready tasks (tokio's deferred list,
+            // as `api::defer_writes`): calls decoded with this one read
+            // too, and join the batch. Told on drop, so a caller that goes
+            // away meanwhile does not strand the batch.
+            let tell = TellRaft(&self.inner);
+            if crate::api::grpc_metrics::in_flight() > 1 {
+                tokio::task::yield_now().await;
+            }
+            drop(tell);
+        }
         self.await_raft(rx).await
     }
 
@@ -225,5 +254,90 @@ impl Proposer {
                 Err(_) => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::grpc_metrics::InFlight;
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    /// Reads queued together tell the raft thread once, after the worker
+    /// has run its other ready tasks, or when the first caller goes away
+    /// before that; the raft thread's take answers every one of them.
+    #[tokio::test(flavor = "current_thread")]
+    async fn test_a_batch_of_reads_tells_the_raft_thread_once() {
+        // other calls in flight: the first read waits for the worker
+        let _calls = [InFlight::new(), InFlight::new()];
+        let (tx, rx) = super::super::channel_of(16);
+        let reads = Arc::new(ReadQueue::default());
+        let p = Proposer::new(
+            1,
+            tx,
+            Arc::new(Wait::default()),
+            reads.clone(),
+            Arc::new(RaftStatus::starting_at(0)),
+            Duration::from_secs(5),
+            1 << 20,
+        );
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut first = Box::pin(p.read_index());
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        let mut second = Box::pin(p.read_index());
+        assert!(second.as_mut().poll(&mut cx).is_pending());
+        assert!(
+            rx.0.try_recv().is_err(),
+            "told before the worker's other tasks ran"
+        );
+        // the first caller goes away before its turn: the batch is told
+        drop(first);
+        assert!(matches!(rx.0.try_recv(), Ok(RaftInput::Reads)));
+        assert!(rx.0.try_recv().is_err(), "told once");
+        let taken = reads.take();
+        assert_eq!(taken.len(), 2);
+        for reader in taken {
+            let _ = reader.send(Ok(()));
+        }
+        second.await.unwrap();
+        // a new batch, whose first read tells once its turn comes
+        let third = tokio::spawn({
+            let p = p.clone();
+            async move { p.read_index().await }
+        });
+        tokio::task::yield_now().await;
+        let mut told = false;
+        for _ in 0..10 {
+            if let Ok(RaftInput::Reads) = rx.0.try_recv() {
+                told = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(told, "the first read of the next batch tells");
+        for reader in reads.take() {
+            let _ = reader.send(Ok(()));
+        }
+        third.await.unwrap().unwrap();
+    }
+
+    /// A raft thread that cannot be told (its queue full) fails the batch
+    /// with the queue's error instead of leaving it to time out.
+    #[tokio::test(flavor = "current_thread")]
+    async fn test_reads_fail_at_once_when_the_raft_thread_cannot_be_told() {
+        let (tx, _rx) = super::super::channel_of(1);
+        tx.send(RaftInput::Removed).unwrap();
+        let p = Proposer::new(
+            1,
+            tx,
+            Arc::new(Wait::default()),
+            Arc::new(ReadQueue::default()),
+            Arc::new(RaftStatus::starting_at(0)),
+            Duration::from_secs(5),
+            1 << 20,
+        );
+        let r = tokio::time::timeout(Duration::from_secs(2), p.read_index()).await;
+        assert!(matches!(r, Ok(Err(ServerError::TooManyRequests))), "{r:?}");
     }
 }

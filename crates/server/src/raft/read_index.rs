@@ -34,7 +34,61 @@ const READ_INDEX_RETRY: Duration = Duration::from_millis(500);
 /// timed out by then).
 const READ_INDEX_GIVE_UP: Duration = Duration::from_secs(30);
 
-type Reader = oneshot::Sender<Result<(), ServerError>>;
+pub(crate) type Reader = oneshot::Sender<Result<(), ServerError>>;
+
+/// The callers' half of the batching: reads wait here until the raft
+/// thread takes them all at once, and only the first read since it last
+/// took them sends it an input (a wake-up). One input per read woke the
+/// raft thread for nearly every other read at 100 clients (0.43 sleeps
+/// per read, 2.75 µs of its CPU each). A read queued before the take is
+/// covered by a ReadIndex issued after it arrived, as before.
+#[derive(Default)]
+pub(crate) struct ReadQueue {
+    /// Guards the reads not yet taken and the two flags; held only to
+    /// push or take, never across a wait.
+    state: parking_lot::Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    readers: Vec<Reader>,
+    /// An input for the readers is on its way to the raft thread.
+    told: bool,
+    /// The raft thread has gone: reads fail at once.
+    closed: bool,
+}
+
+impl ReadQueue {
+    /// Queues a read: `Ok(true)` if the raft thread is to be told (the
+    /// first read since it last took them); `Stopped` once it has gone.
+    pub(crate) fn push(&self, reader: Reader) -> Result<bool, ServerError> {
+        let mut s = self.state.lock();
+        if s.closed {
+            return Err(ServerError::Stopped);
+        }
+        s.readers.push(reader);
+        Ok(!std::mem::replace(&mut s.told, true))
+    }
+
+    /// Every queued read (the raft thread's take, or a caller's whose
+    /// input could not be sent).
+    pub(crate) fn take(&self) -> Vec<Reader> {
+        let mut s = self.state.lock();
+        s.told = false;
+        std::mem::take(&mut s.readers)
+    }
+
+    /// The raft thread is gone: queued reads fail (`Stopped`: their
+    /// senders are dropped), and so does every later one.
+    pub(crate) fn close(&self) {
+        let readers = {
+            let mut s = self.state.lock();
+            s.closed = true;
+            std::mem::take(&mut s.readers)
+        };
+        drop(readers);
+    }
+}
 
 struct InflightRead {
     first_sent: Instant,
@@ -362,5 +416,26 @@ mod tests {
         // Its own heartbeats' responses confirm it.
         pump(&mut nodes, &mut reads, cut_off, |_| false);
         assert!(matches!(leader_read.try_recv(), Ok(Ok(()))));
+    }
+
+    /// The first read since the raft thread last took them is the one to
+    /// tell it; a take starts a new batch; once closed, queued reads fail
+    /// and later ones are refused.
+    #[test]
+    fn test_the_queue_tells_once_per_batch_and_fails_reads_once_closed() {
+        let q = ReadQueue::default();
+        let (a, mut a_rx) = oneshot::channel();
+        let (b, _b_rx) = oneshot::channel();
+        assert!(q.push(a).unwrap(), "the first read tells");
+        assert!(!q.push(b).unwrap(), "a read joining it does not");
+        assert_eq!(q.take().len(), 2);
+        let (c, mut c_rx) = oneshot::channel();
+        assert!(q.push(c).unwrap(), "after a take, a new batch");
+        q.close();
+        assert!(matches!(c_rx.try_recv(), Err(TryRecvError::Closed)));
+        let (d, _d_rx) = oneshot::channel();
+        assert!(matches!(q.push(d), Err(ServerError::Stopped)));
+        // the taken ones were the caller's to answer
+        assert!(matches!(a_rx.try_recv(), Err(TryRecvError::Closed)));
     }
 }

@@ -244,6 +244,7 @@ impl EtcdServer {
         let wait = Arc::new(Wait::default());
         wait.start_dispatcher();
         let status = Arc::new(RaftStatus::starting_at(applied));
+        let read_queue = Arc::new(crate::raft::ReadQueue::default());
         let node = RaftNode {
             raw,
             storage,
@@ -254,6 +255,7 @@ impl EtcdServer {
             metrics,
             transport: transport.clone(),
             rx: raft_rx,
+            read_queue: read_queue.clone(),
             cfg: RaftNodeConfig {
                 tick: Duration::from_millis(cfg.heartbeat_interval),
                 snapshot_count: cfg.snapshot_count,
@@ -275,6 +277,7 @@ impl EtcdServer {
             meta.member_id,
             raft_tx.clone(),
             wait,
+            read_queue,
             status,
             request_timeout,
             cfg.max_request_bytes,
