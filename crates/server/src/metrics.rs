@@ -1114,6 +1114,33 @@ impl Default for Metrics {
     }
 }
 
+/// Client gRPC calls in progress (from the request to the end of the
+/// response body). `api::defer_writes` delays a connection's writes, and
+/// `raft::Proposer::read_index` a batch's first read, only while other
+/// calls are in progress, which may join them.
+static IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Client gRPC calls in progress on this member.
+pub fn in_flight() -> usize {
+    IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts one call in [`in_flight`] while it lives.
+pub(crate) struct InFlight;
+
+impl InFlight {
+    pub(crate) fn new() -> InFlight {
+        IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,6 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use prometheus::{Histogram, IntCounter};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -349,31 +348,9 @@ pub(crate) fn received_bytes(len: u64) {
     global().client_grpc_received_bytes.inc_by(len);
 }
 
-/// Client gRPC calls in progress (from the request to the end of the
-/// response body). `api::defer_writes` delays a connection's writes only
-/// while other calls are in progress, whose responses may join them.
-static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-
-/// Client gRPC calls in progress on this member.
-pub fn in_flight() -> usize {
-    IN_FLIGHT.load(Ordering::Relaxed)
-}
-
-/// Counts one call in [`IN_FLIGHT`] while it lives.
-pub(crate) struct InFlight;
-
-impl InFlight {
-    pub(crate) fn new() -> InFlight {
-        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
-        InFlight
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+// Client gRPC calls in progress: counted in `metrics` (the raft layer's
+// read batching reads the count too).
+pub(crate) use crate::metrics::{in_flight, InFlight};
 
 fn code_of(v: &http::HeaderValue) -> usize {
     std::str::from_utf8(v.as_bytes())

@@ -163,7 +163,7 @@ impl Proposer {
             // too, and join the batch. Told on drop, so a caller that goes
             // away meanwhile does not strand the batch.
             let tell = TellRaft(&self.inner);
-            if crate::api::grpc_metrics::in_flight() > 1 {
+            if crate::metrics::in_flight() > 1 {
                 tokio::task::yield_now().await;
             }
             drop(tell);
@@ -260,7 +260,7 @@ impl Proposer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::grpc_metrics::InFlight;
+    use crate::metrics::InFlight;
     use std::future::Future;
     use std::task::{Context, Waker};
 
