@@ -18,7 +18,7 @@ use prometheus::{
     IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use retcd_api::etcdserverpb::{request_op, TxnRequest};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{LazyLock, OnceLock};
 
 /// The process's metrics.
@@ -1118,11 +1118,11 @@ impl Default for Metrics {
 /// response body). `api::defer_writes` delays a connection's writes, and
 /// `raft::Proposer::read_index` a batch's first read, only while other
 /// calls are in progress, which may join them.
-static IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
 /// Client gRPC calls in progress on this member.
 pub fn in_flight() -> usize {
-    IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed)
+    IN_FLIGHT.load(Ordering::Relaxed)
 }
 
 /// Counts one call in [`in_flight`] while it lives.
@@ -1130,14 +1130,14 @@ pub(crate) struct InFlight;
 
 impl InFlight {
     pub(crate) fn new() -> InFlight {
-        IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
         InFlight
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

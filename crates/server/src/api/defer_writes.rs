@@ -212,6 +212,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for DeferWrites<S> {
 impl<S: AsyncWrite + SendMore + Unpin> DeferWrites<S> {
     /// Writes out everything gathered (which pushes out what was held).
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // a write without more to follow sends what is held before it
+        let pushes = self.sent < self.gathered.len();
         while self.sent < self.gathered.len() {
             let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.gathered[self.sent..]))?;
             if n == 0 {
@@ -221,8 +223,19 @@ impl<S: AsyncWrite + SendMore + Unpin> DeferWrites<S> {
         }
         self.gathered = Vec::new();
         self.sent = 0;
-        self.held = false;
+        if pushes {
+            self.held = false;
+        }
         Poll::Ready(Ok(()))
+    }
+
+    /// Pushes out what writes with more to follow left held.
+    fn push_held(&mut self) -> io::Result<()> {
+        if self.held {
+            self.inner.push()?;
+            self.held = false;
+        }
+        Ok(())
     }
 
     /// Writes what was gathered, then `bufs` (some of them), with more to
@@ -329,8 +342,7 @@ impl<S: AsyncWrite + SendMore + Unpin> AsyncWrite for DeferWrites<S> {
                 // sent without more to follow: pushes what is held too
                 ready!(self.poll_drain(cx))?;
             } else {
-                self.inner.push()?;
-                self.held = false;
+                self.push_held()?;
             }
         }
         let r = Pin::new(&mut self.inner).poll_flush(cx);
@@ -341,10 +353,7 @@ impl<S: AsyncWrite + SendMore + Unpin> AsyncWrite for DeferWrites<S> {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_drain(cx))?;
-        if self.held {
-            self.inner.push()?;
-            self.held = false;
-        }
+        self.push_held()?;
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -308,11 +308,7 @@ impl RaftNode {
                         .on_forwarded(from, self.raw.raft.raft_log.last_index());
                 }
             }
-            RaftInput::Reads => {
-                for reader in self.read_queue.take() {
-                    turn.reads.push(reader);
-                }
-            }
+            RaftInput::Reads => turn.reads.extend(self.read_queue.take()),
             RaftInput::Unreachable(id) => self.raw.report_unreachable(id),
             RaftInput::SnapshotReport(id, ok) => self.raw.report_snapshot(
                 id,

@@ -145,8 +145,8 @@ impl Reads {
         Some(u64::from_be_bytes(n.try_into().ok()?))
     }
 
-    pub(super) fn push(&mut self, reader: Reader) {
-        self.pending.push(reader);
+    pub(super) fn extend(&mut self, readers: Vec<Reader>) {
+        self.pending.extend(readers);
     }
 
     /// Sends a ReadIndex under a context never used before; its counter.
@@ -292,7 +292,7 @@ mod tests {
 
     fn reader(reads: &mut Reads) -> oneshot::Receiver<Result<(), ServerError>> {
         let (tx, rx) = oneshot::channel();
-        reads.push(tx);
+        reads.extend(vec![tx]);
         rx
     }
 
