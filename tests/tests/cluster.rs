@@ -367,6 +367,59 @@ async fn followers_apply_a_lone_write_before_the_next_heartbeat() {
     .await;
 }
 
+/// Linearizable reads that reach a follower while its ReadIndex is in
+/// flight go out as soon as it is answered. Until the forty-fourth session
+/// they waited for the raft thread's next input: when no other request
+/// came, the leader's next heartbeat, up to a heartbeat interval (here
+/// 500 ms) later. Measured before the fix with 100 ms heartbeats: 15 of 20
+/// bursts of four reads took 58–96 ms, the others about 1 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_reads_on_a_follower_does_not_wait_for_a_heartbeat() {
+    bounded(LIMIT, async {
+        let mut c = Cluster::start(
+            test_flavor(),
+            3,
+            &["--heartbeat-interval", "500", "--election-timeout", "5000"],
+        )
+        .await
+        .expect("start cluster");
+        let leader = c.leader(READY).await.expect("leader");
+        let follower = (leader + 1) % 3;
+        c.client(leader)
+            .await
+            .expect("connect leader")
+            .put("burst", "v", None)
+            .await
+            .expect("put");
+        let reader = c.client(follower).await.expect("connect follower");
+        let mut slow = Vec::new();
+        for burst in 0..20 {
+            let started = std::time::Instant::now();
+            let reads: Vec<_> = (0..4)
+                .map(|_| {
+                    let mut cl = reader.clone();
+                    tokio::spawn(async move { cl.get("burst", None).await })
+                })
+                .collect();
+            for r in reads {
+                let got = r.await.expect("join").expect("linearizable get");
+                assert_eq!(got.kvs().first().map(|kv| kv.value()), Some(&b"v"[..]));
+            }
+            let took = started.elapsed();
+            if took > Duration::from_millis(250) {
+                slow.push((burst, took));
+            }
+            // a quiet moment: nothing else wakes the follower's raft thread
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            slow.is_empty(),
+            "bursts that waited (burst, took): {slow:?}"
+        );
+    })
+    .await;
+}
+
 /// Waits (bounded) until member `i`, cut off from its peers, reports no
 /// leader.
 async fn wait_leaderless(c: &Cluster, i: usize) {

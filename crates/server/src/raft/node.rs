@@ -6,7 +6,8 @@
 //!    while the previous fsync ran ride in this turn's Ready (group commit),
 //!    stepped into raft as one proposal (one append per follower);
 //! 2. issue ONE ReadIndex for all linearizable reads that arrived since the
-//!    last one (`read_index`);
+//!    last one (`read_index`), unless one is in flight (then again right
+//!    after the Ready that answers it);
 //! 3. handle the Ready: send messages, apply a snapshot, append entries and
 //!    the hard state to the WAL with ONE fdatasync, send persisted messages,
 //!    apply committed entries in one MVCC batch (one backend commit), answer
@@ -223,6 +224,11 @@ impl RaftNode {
                     break;
                 }
                 let applied = self.on_ready(&mut turn);
+                // Reads that came while a ReadIndex was in flight go now.
+                // Left to the next turn, they waited for the next input:
+                // on a quiet follower the leader's heartbeat, up to a
+                // heartbeat interval later.
+                turn.reads.issue(&mut self.raw);
                 undurable_ops += applied;
                 if (undurable_ops >= self.cfg.batch_limit
                     || (undurable_ops > 0 && last_durable.elapsed() >= self.cfg.batch_interval))
