@@ -153,12 +153,11 @@ impl RowsAt {
         self.frozen.as_deref().into_iter().chain([&*self.mem])
     }
 
-    /// Opens the view's `key` table for reading.
+    /// Opens the view's `key` table for reading (once per snapshot:
+    /// [`ReadSnapshot::hot_table`]).
     pub(crate) fn open(&self) -> Result<Rows, MvccError> {
-        Ok(Rows {
-            table: self.snapshot.open_table(KEY)?,
-            at: self.clone(),
-        })
+        self.snapshot.hot_table(KEY)?;
+        Ok(Rows { at: self.clone() })
     }
 }
 
@@ -193,7 +192,6 @@ pub(crate) trait RowSource {
 
 /// An opened [`RowsAt`].
 pub(crate) struct Rows {
-    table: ReadOnlyTable<&'static [u8], &'static [u8]>,
     at: RowsAt,
 }
 
@@ -205,11 +203,16 @@ impl RowSource for Rows {
         if rev.main > self.at.flushed_rev {
             return Ok(self.at.mems().find_map(|m| m.get(rev)).map(Row::Mem));
         }
-        Ok(self.table.get(rev.to_bytes().as_slice())?.map(Row::Disk))
+        Ok(self.table()?.get(rev.to_bytes().as_slice())?.map(Row::Disk))
     }
 }
 
 impl Rows {
+    /// The snapshot's `key` table (opened by [`RowsAt::open`]).
+    fn table(&self) -> Result<&ReadOnlyTable<&'static [u8], &'static [u8]>, MvccError> {
+        Ok(self.at.snapshot.hot_table(KEY)?)
+    }
+
     /// Calls `f(key, row)` for every row (tombstones included) with main
     /// revision in `[from, to]` (and at most the view's), in revision
     /// order, until it returns false.
@@ -227,7 +230,7 @@ impl Rows {
         if from <= disk_to {
             let lo = Revision::new(from, 0).to_bytes();
             let hi = Revision::new(disk_to.saturating_add(1), 0).to_bytes();
-            for entry in self.table.range(lo.as_slice()..hi.as_slice())? {
+            for entry in self.table()?.range(lo.as_slice()..hi.as_slice())? {
                 let (k, v) = entry?;
                 if !f(k.value(), v.value())? {
                     return Ok(());
@@ -251,7 +254,7 @@ impl Rows {
     /// Rows (tombstones included) in the view.
     pub(crate) fn len(&self) -> Result<u64, MvccError> {
         let mem: usize = self.at.mems().map(|m| m.count_upto(self.at.rev)).sum();
-        Ok(self.table.len()? + mem as u64)
+        Ok(self.table()?.len()? + mem as u64)
     }
 }
 
