@@ -566,7 +566,16 @@ impl RaftNode {
         }
         let entries = rd.take_entries();
         let hs = rd.hs().cloned();
-        if !entries.is_empty() || hs.is_some() {
+        // A hard state that only moved the commit index is not written: raft
+        // needs no commit index on disk (a restart takes the highest of the
+        // logged one and the backend's applied index, and the leader tells
+        // the rest again), and writing it put a device write (`O_DIRECT`)
+        // between a quorum's answers and the apply, on the leader for every
+        // write and on a follower for every commit it learnt. The next save
+        // with entries or a new term or vote writes the hard state of then.
+        // etcd writes it, into the page cache.
+        let commit_only = entries.is_empty() && !rd.must_sync();
+        if !commit_only {
             let wal_entries: Vec<WalEntry> = entries
                 .iter()
                 .map(|e| WalEntry {
@@ -580,10 +589,8 @@ impl RaftNode {
                 .map(|h| h.write_to_bytes().expect("encode hard state"));
             // etcd's MustSync (raft-rs computes it): entries, a snapshot,
             // or a new term or vote must be durable before anything
-            // depends on them; a hard state that only moved the commit
-            // index is written without an fsync (commit is volatile in
-            // raft; restart copes with a stale one)
-            // (with --unsafe-no-fsync the WAL itself never syncs)
+            // depends on them (with --unsafe-no-fsync the WAL itself never
+            // syncs)
             let must_sync = rd.must_sync();
             let written: usize = wal_entries.iter().map(|e| e.data.len()).sum::<usize>()
                 + hs_bytes.as_ref().map_or(0, |h| h.len());
@@ -611,9 +618,9 @@ impl RaftNode {
                 }
             }
             self.storage.append(&entries);
-            if let Some(h) = hs {
-                self.storage.set_hard_state(h);
-            }
+        }
+        if let Some(h) = hs {
+            self.storage.set_hard_state(h);
         }
         if !rd.persisted_messages().is_empty() {
             self.send(rd.take_persisted_messages(), turn);
