@@ -156,8 +156,10 @@ impl RowsAt {
     /// Opens the view's `key` table for reading (once per snapshot:
     /// [`ReadSnapshot::hot_table`]).
     pub(crate) fn open(&self) -> Result<Rows, MvccError> {
-        self.snapshot.hot_table(KEY)?;
-        Ok(Rows { at: self.clone() })
+        Ok(Rows {
+            table: self.snapshot.hot_table(KEY)?,
+            at: self.clone(),
+        })
     }
 }
 
@@ -192,6 +194,7 @@ pub(crate) trait RowSource {
 
 /// An opened [`RowsAt`].
 pub(crate) struct Rows {
+    table: Arc<ReadOnlyTable<&'static [u8], &'static [u8]>>,
     at: RowsAt,
 }
 
@@ -203,16 +206,11 @@ impl RowSource for Rows {
         if rev.main > self.at.flushed_rev {
             return Ok(self.at.mems().find_map(|m| m.get(rev)).map(Row::Mem));
         }
-        Ok(self.table()?.get(rev.to_bytes().as_slice())?.map(Row::Disk))
+        Ok(self.table.get(rev.to_bytes().as_slice())?.map(Row::Disk))
     }
 }
 
 impl Rows {
-    /// The snapshot's `key` table (opened by [`RowsAt::open`]).
-    fn table(&self) -> Result<&ReadOnlyTable<&'static [u8], &'static [u8]>, MvccError> {
-        Ok(self.at.snapshot.hot_table(KEY)?)
-    }
-
     /// Calls `f(key, row)` for every row (tombstones included) with main
     /// revision in `[from, to]` (and at most the view's), in revision
     /// order, until it returns false.
@@ -230,7 +228,7 @@ impl Rows {
         if from <= disk_to {
             let lo = Revision::new(from, 0).to_bytes();
             let hi = Revision::new(disk_to.saturating_add(1), 0).to_bytes();
-            for entry in self.table()?.range(lo.as_slice()..hi.as_slice())? {
+            for entry in self.table.range(lo.as_slice()..hi.as_slice())? {
                 let (k, v) = entry?;
                 if !f(k.value(), v.value())? {
                     return Ok(());
@@ -254,7 +252,7 @@ impl Rows {
     /// Rows (tombstones included) in the view.
     pub(crate) fn len(&self) -> Result<u64, MvccError> {
         let mem: usize = self.at.mems().map(|m| m.count_upto(self.at.rev)).sum();
-        Ok(self.table()?.len()? + mem as u64)
+        Ok(self.table.len()? + mem as u64)
     }
 }
 

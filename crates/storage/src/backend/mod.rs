@@ -138,7 +138,7 @@ pub struct ReadSnapshot {
     // Field order matters: the table before the transaction, the
     // transaction before the database.
     /// The table [`ReadSnapshot::hot_table`] keeps open.
-    hot: OnceLock<ReadOnlyTable<&'static [u8], &'static [u8]>>,
+    hot: OnceLock<Arc<ReadOnlyTable<&'static [u8], &'static [u8]>>>,
     txn: ReadTransaction,
     _db: Arc<Database>,
 }
@@ -155,13 +155,13 @@ impl ReadSnapshot {
     pub fn hot_table(
         &self,
         def: BytesTable,
-    ) -> Result<&ReadOnlyTable<&'static [u8], &'static [u8]>, redb::TableError> {
+    ) -> Result<Arc<ReadOnlyTable<&'static [u8], &'static [u8]>>, redb::TableError> {
         if let Some(t) = self.hot.get() {
             debug_assert_eq!(t.name(), def.name(), "one hot table per snapshot");
-            return Ok(t);
+            return Ok(t.clone());
         }
-        let t = self.txn.open_table(def)?;
-        Ok(self.hot.get_or_init(|| t))
+        let t = Arc::new(self.txn.open_table(def)?);
+        Ok(self.hot.get_or_init(|| t).clone())
     }
 }
 
@@ -671,7 +671,7 @@ mod tests {
         let old = b.begin_read().unwrap();
         let first = old.hot_table(KEY).unwrap();
         assert!(
-            std::ptr::eq(first, old.hot_table(KEY).unwrap()),
+            Arc::ptr_eq(&first, &old.hot_table(KEY).unwrap()),
             "opened once"
         );
         put(b"2");
