@@ -283,6 +283,20 @@ async fn follower_catches_up_by_snapshot(value_size: usize) {
     .await;
 }
 
+/// Three members with heartbeats every 500 ms (an election timeout of
+/// 5 s), and its leader: whatever waits for a heartbeat shows.
+async fn slow_heartbeat_cluster() -> (Cluster, usize) {
+    let mut c = Cluster::start(
+        test_flavor(),
+        3,
+        &["--heartbeat-interval", "500", "--election-timeout", "5000"],
+    )
+    .await
+    .expect("start cluster");
+    let leader = c.leader(READY).await.expect("leader");
+    (c, leader)
+}
+
 /// A lone write reaches the followers well before the next heartbeat.
 /// retcd's leader does not send an append for each commit alone (the next
 /// append usually carries it); with no next write it sends the commit a
@@ -293,14 +307,7 @@ async fn follower_catches_up_by_snapshot(value_size: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_apply_a_lone_write_before_the_next_heartbeat() {
     bounded(LIMIT, async {
-        let mut c = Cluster::start(
-            test_flavor(),
-            3,
-            &["--heartbeat-interval", "500", "--election-timeout", "5000"],
-        )
-        .await
-        .expect("start cluster");
-        let leader = c.leader(READY).await.expect("leader");
+        let (c, leader) = slow_heartbeat_cluster().await;
         let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
         let mut writer = c.client(leader).await.expect("connect leader");
         let mut readers = Vec::new();
@@ -376,14 +383,7 @@ async fn followers_apply_a_lone_write_before_the_next_heartbeat() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_reads_on_a_follower_does_not_wait_for_a_heartbeat() {
     bounded(LIMIT, async {
-        let mut c = Cluster::start(
-            test_flavor(),
-            3,
-            &["--heartbeat-interval", "500", "--election-timeout", "5000"],
-        )
-        .await
-        .expect("start cluster");
-        let leader = c.leader(READY).await.expect("leader");
+        let (c, leader) = slow_heartbeat_cluster().await;
         let follower = (leader + 1) % 3;
         c.client(leader)
             .await
