@@ -20,7 +20,7 @@
 //! the same commit, so a restart skips entries already applied and
 //! re-applies the rest from the WAL.
 
-use super::commit_notice::CommitNotice;
+use super::commit_notice::{self, CommitNotice};
 use super::read_index::Reads;
 use super::storage::RaftStorage;
 use super::transport::Transport;
@@ -307,7 +307,7 @@ impl RaftNode {
                     && self.raw.raft.state == StateRole::Leader
                     && m.from != self.raw.raft.id)
                     .then_some(m.from);
-                if let Err(e) = self.raw.step(m) {
+                if let Err(e) = commit_notice::step(&mut self.raw, m) {
                     tracing::debug!(error = %e, "raft step");
                 } else if let Some(from) = forwarded {
                     turn.notice
