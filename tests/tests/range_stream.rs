@@ -493,6 +493,16 @@ async fn unary_range_response_is_bounded() {
         let e = kv.txn(txn).await.expect_err("txn over the bound");
         assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
 
+        // a small limit is read on the runtime and written whole: the
+        // same bound
+        let e = (kv.range(pb::RangeRequest {
+            limit: 40,
+            ..prefix()
+        }))
+        .await
+        .expect_err("40 of them over the bound");
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        assert!(e.message().ends_with(" vs. 100000)"), "{e:?}");
         let r = kv
             .range(pb::RangeRequest {
                 limit: 20,
@@ -513,6 +523,92 @@ async fn unary_range_response_is_bounded() {
         assert_eq!(r.kvs.len(), 60, "keys only fit");
         let all = merged(&chunks(&mut kv, prefix()).await.expect("stream"));
         assert_eq!((all.kvs.len(), all.count), (60, 60));
+    })
+    .await;
+}
+
+/// A Range of one key or a small limit is answered from the stored rows
+/// (each a kv's encoding), sized from the index, or by reading the row
+/// when it was read at an older revision than its key's newest: every
+/// field as written, at the revision asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_ranges_answer_each_kv_as_written() {
+    bounded(LIMIT, async {
+        let c = Cluster::start(test_flavor(), 1, &[]).await.expect("start");
+        let mut kv = kv(&c).await;
+        fill(&mut kv, 10, 100).await;
+        let before = kv.range(prefix()).await.unwrap().into_inner();
+        let rev = before.header.as_ref().unwrap().revision;
+        // keys 0, 2, 4, 6, 8 get a second version; key 9 is deleted
+        for i in (0..10).step_by(2) {
+            kv.put(pb::PutRequest {
+                key: key(i),
+                value: format!("second {i}").into_bytes(),
+                ..Default::default()
+            })
+            .await
+            .expect("put");
+        }
+        kv.delete_range(pb::DeleteRangeRequest {
+            key: key(9),
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+        let at = |revision: i64, limit: i64| pb::RangeRequest {
+            revision,
+            limit,
+            ..prefix()
+        };
+        // at the old revision: the first versions, though 5 keys moved on
+        let old = kv.range(at(rev, 8)).await.unwrap().into_inner();
+        assert_eq!(old.kvs, before.kvs[..8].to_vec());
+        assert_eq!((old.more, old.count), (true, 10));
+        assert_eq!(
+            old.header.unwrap().revision,
+            rev + 6,
+            "the store's revision"
+        );
+        // now: the second versions where there are, 9 keys
+        let now = kv.range(at(0, 8)).await.unwrap().into_inner();
+        assert_eq!((now.kvs.len(), now.more, now.count), (8, true, 9));
+        for (i, got) in now.kvs.iter().enumerate() {
+            let first = &before.kvs[i];
+            assert_eq!(got.key, key(i));
+            assert_eq!(got.create_revision, first.create_revision);
+            if i % 2 == 0 {
+                assert_eq!(got.value, format!("second {i}").into_bytes());
+                assert_eq!(got.version, 2);
+                assert!(got.mod_revision > rev);
+            } else {
+                assert_eq!(got, first);
+            }
+        }
+        // one key, at each revision
+        let one = |revision: i64| pb::RangeRequest {
+            key: key(4),
+            revision,
+            ..Default::default()
+        };
+        let r = kv.range(one(rev)).await.unwrap().into_inner();
+        assert_eq!(r.kvs, vec![before.kvs[4].clone()]);
+        let r = kv.range(one(0)).await.unwrap().into_inner();
+        assert_eq!(r.kvs[0].value, b"second 4".to_vec());
+        // the deleted key: nothing now, its value then
+        let gone = pb::RangeRequest {
+            key: key(9),
+            ..Default::default()
+        };
+        let r = kv.range(gone.clone()).await.unwrap().into_inner();
+        assert!(r.kvs.is_empty() && r.count == 0, "{r:?}");
+        let r = (kv.range(pb::RangeRequest {
+            revision: rev,
+            ..gone
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+        assert_eq!(r.kvs, vec![before.kvs[9].clone()]);
     })
     .await;
 }

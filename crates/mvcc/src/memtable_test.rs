@@ -244,6 +244,9 @@ fn test_background_write_outs_under_reads_and_writes() {
     let t = new_store();
     let s = t.store.clone();
     let done = std::sync::Arc::new(AtomicBool::new(false));
+    // readers that have read once (in release the puts can end before a
+    // reader's first read)
+    let reading = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let check = |s: &KvStore, rev: i64| {
         let r = s
             .range(&RangeRequest {
@@ -266,6 +269,7 @@ fn test_background_write_outs_under_reads_and_writes() {
         .map(|n| {
             let s = s.clone();
             let done = done.clone();
+            let reading = reading.clone();
             std::thread::spawn(move || {
                 let mut reads = 0;
                 let mut hashed: Option<(i64, u32)> = None;
@@ -274,6 +278,9 @@ fn test_background_write_outs_under_reads_and_writes() {
                     check(&s, 0);
                     check(&s, 1 + (cur * 7 + n) % cur);
                     reads += 1;
+                    if reads == 1 {
+                        reading.fetch_add(1, Ordering::Relaxed);
+                    }
                     match hashed {
                         None if cur > 100 => hashed = Some((cur, s.hash_kv(cur).unwrap().0)),
                         Some((at, h)) => assert_eq!(s.hash_kv(at).unwrap().0, h, "hash at {at}"),
@@ -293,6 +300,9 @@ fn test_background_write_outs_under_reads_and_writes() {
         if i % 50 == 49 && s.write_out_background().unwrap() {
             started += 1;
         }
+    }
+    while reading.load(Ordering::Relaxed) < 2 {
+        std::thread::yield_now();
     }
     done.store(true, Ordering::Relaxed);
     for r in readers {

@@ -656,6 +656,15 @@ impl ReplyBatch {
             .sum();
         let join = bytes <= JOIN_BYTES;
         let mut joined = EncodedEvents::default();
+        if join {
+            // grown by copies, this was 1.7 % of a k8s run's instructions
+            joined.buf.reserve_exact(bytes);
+            let spans = (batches.iter())
+                .flat_map(|b| &b.bufs)
+                .map(|b| b.spans.len())
+                .sum();
+            joined.spans.reserve_exact(spans);
+        }
         // watch id -> index in `out` of its reply still open for merging,
         // and that reply's size (bound)
         let mut open: foldhash::HashMap<i64, (usize, usize)> = Default::default();

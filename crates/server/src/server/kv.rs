@@ -59,10 +59,14 @@ pub enum RangeReply {
     /// The response's header, `more` and `count`, and its kvs still to be
     /// read from the pinned snapshot. `open` keeps the read counted in
     /// `etcd_debugging_mvcc_db_open_read_transactions` until it is dropped.
+    /// `small`: a range of one key or a small limit, whose rows are read
+    /// on the runtime and written whole; else they are read a piece at a
+    /// time on a blocking thread.
     Encoded {
         header: retcd_api::etcdserverpb::ResponseHeader,
         range: retcd_mvcc::EncodedRange,
         open: OpenRead,
+        small: bool,
     },
 }
 
@@ -94,21 +98,34 @@ impl EtcdServer {
     }
 
     /// A Range for the gRPC route, which writes the response itself: a
-    /// plain range that may be long ([`retcd_mvcc::is_plain_range`], not a
-    /// single key, no small limit) comes back [`RangeReply::Encoded`], its
-    /// kvs to be written from the stored rows a piece at a time; any other
-    /// is built whole as [`EtcdServer::range`] builds it. Same checks,
-    /// errors and answer either way.
+    /// plain range ([`retcd_mvcc::is_plain_range`]) comes back
+    /// [`RangeReply::Encoded`], its kvs to be written from the stored rows
+    /// (each row is a kv's encoding); any other is built whole as
+    /// [`EtcdServer::range`] builds it. Same checks, errors and answer
+    /// either way. A small plain range is sized here on the runtime (from
+    /// the index; rows read at an older revision than their key's newest
+    /// are read for it), a long one on a blocking thread. Built, each kv
+    /// was decoded into its fields and encoded again: a 500-key page of
+    /// 1 KiB values cost ...
     pub async fn range_reply(
         &self,
         req: RangeRequest,
         creds: &Credentials,
     ) -> Result<RangeReply, ServerError> {
         self.range_checks(&req, creds).await?;
-        if is_small_range(&req) || !retcd_mvcc::is_plain_range(&req) {
+        if !retcd_mvcc::is_plain_range(&req) {
             return Ok(RangeReply::Built(self.range_built(req).await?));
         }
         let open = OpenRead::new(self.metrics);
+        if is_small_range(&req) {
+            let range = self.kv.range_encoded(&req, 0)?;
+            return Ok(RangeReply::Encoded {
+                header: self.header(range.header_rev),
+                range,
+                open,
+                small: true,
+            });
+        }
         let kv = self.kv.clone();
         let range = tokio::task::spawn_blocking(move || kv.range_encoded(&req, READ_ONCE_BYTES))
             .await
@@ -117,6 +134,7 @@ impl EtcdServer {
             header: self.header(range.header_rev),
             range,
             open,
+            small: false,
         })
     }
 

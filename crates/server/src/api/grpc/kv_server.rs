@@ -299,6 +299,7 @@ async fn range(
             header,
             mut range,
             open,
+            small,
         } => {
             // the fields around the kvs, as prost writes them (field order)
             let head = RangeResponse {
@@ -313,6 +314,18 @@ async fn range(
             }
             .encode_to_vec();
             let len = head.len() + range.kvs_len() + tail.len();
+            if small {
+                // a bounded number of rows: read here, written whole
+                let mut buf = Vec::with_capacity(5 + len);
+                buf.extend_from_slice(&message_prefix(len)?);
+                buf.extend_from_slice(&head);
+                range
+                    .write_kvs(&mut buf, usize::MAX)
+                    .map_err(crate::error::ServerError::from)?;
+                buf.extend_from_slice(&tail);
+                drop(open);
+                return Ok(ReplyBody::whole(buf.into()));
+            }
             let mut first = message_prefix(len)?.to_vec();
             first.extend_from_slice(&head);
             // one piece waits in the channel while the next is read
