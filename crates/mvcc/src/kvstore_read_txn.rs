@@ -8,7 +8,7 @@ use retcd_api::etcdserverpb::{
 };
 
 use crate::kvstore::KvStore;
-use crate::kvstore_txn::{compare_holds, compare_range, TxnPath};
+use crate::kvstore_txn::{compare_from_index, compare_holds, compare_range, TxnPath};
 use crate::range;
 use crate::MvccError;
 
@@ -46,6 +46,9 @@ impl KvStore {
         // as etcd: the branches are chosen, then the ranges on that path
         // checked, before any of it is read
         let path = TxnPath::of(req, &|c| {
+            if let Some(holds) = compare_from_index(&self.index.read(), c, p.rev) {
+                return Ok(holds);
+            }
             Ok(compare_holds(c, &range(&compare_range(c))?.kvs))
         })?;
         path.walk(req, &mut |o| match &o.request {

@@ -30,7 +30,7 @@ use retcd_api::mvccpb::{event::EventType, Event, KeyValue};
 use std::cell::{OnceCell, Ref, RefCell};
 use std::sync::atomic::Ordering;
 
-use crate::index::KeyRange;
+use crate::index::{KeyRange, TreeIndex};
 use crate::kvstore::KvStore;
 use crate::memtable::{self, MemRow, Row, RowSource, Rows, RowsAt};
 use crate::range;
@@ -512,6 +512,9 @@ impl<'a> WriteBatch<'a> {
     /// etcd's `applyCompare`: every key in the compare's range must satisfy
     /// it; no key compares as an empty KeyValue, except for VALUE which fails.
     fn apply_compare(&self, op: &Op, c: &Compare) -> Result<bool, MvccError> {
+        if let Some(holds) = compare_from_index(&self.store.index.read(), c, op.read_rev()) {
+            return Ok(holds);
+        }
         let rr = self.range_in(op, &compare_range(c))?;
         Ok(compare_holds(c, &rr.kvs))
     }
@@ -700,6 +703,30 @@ pub(crate) fn compare_range(c: &Compare) -> RangeRequest {
         range_end: c.range_end.clone(),
         ..Default::default()
     }
+}
+
+/// A compare of one key's version, create or mod revision, answered from
+/// the index (which holds all three) as of `at_rev`; `None` for any other
+/// compare (a value or lease, or a range of keys), which reads the rows.
+/// Reading the row (a B-tree lookup and a decode, its value copied) was
+/// half of a guarded update's apply, and kube-apiserver's every write
+/// compares the mod revision.
+pub(crate) fn compare_from_index(index: &TreeIndex, c: &Compare, at_rev: i64) -> Option<bool> {
+    use compare::CompareTarget;
+    let from_index = matches!(
+        CompareTarget::try_from(c.target),
+        Ok(CompareTarget::Version | CompareTarget::Create | CompareTarget::Mod)
+    );
+    if !from_index || !c.range_end.is_empty() {
+        return None;
+    }
+    let kv = (index.get(&c.key, at_rev).ok()).map(|(modified, created, version)| KeyValue {
+        create_revision: created.main,
+        mod_revision: modified.main,
+        version,
+        ..Default::default()
+    });
+    Some(compare_holds(c, kv.as_slice()))
 }
 
 /// etcd's `applyCompare` on the keys the compare's range holds: every key
