@@ -46,7 +46,7 @@ impl KvStore {
         // as etcd: the branches are chosen, then the ranges on that path
         // checked, before any of it is read
         let path = TxnPath::of(req, &|c| {
-            if let Some(holds) = compare_from_index(&self.index.read(), c, p.rev) {
+            if let Some(holds) = compare_from_index(&self.index, c, p.rev) {
                 return Ok(holds);
             }
             Ok(compare_holds(c, &range(&compare_range(c))?.kvs))

@@ -727,71 +727,62 @@ fn test_kv_txn_compares_from_the_index_see_the_batch_and_deletes() {
     // index: they must see what a range would, the batch's own writes and
     // deletes included
     use compare::{CompareResult as R, CompareTarget as T, TargetUnion as U};
-    fn holds(b: &mut crate::kvstore_txn::WriteBatch<'_>, c: Compare) -> bool {
-        let req = TxnRequest {
-            compare: vec![c],
-            ..Default::default()
-        };
-        b.txn(&req, &NoLeases).unwrap().succeeded
+    fn assert_holds(b: &mut crate::kvstore_txn::WriteBatch<'_>, cases: &[(Compare, bool)]) {
+        for (c, want) in cases {
+            let req = TxnRequest {
+                compare: vec![c.clone()],
+                ..Default::default()
+            };
+            let got = b.txn(&req, &NoLeases).unwrap().succeeded;
+            assert_eq!(got, *want, "{c:?}");
+        }
     }
     let t = new_store();
     put3(&t.store); // foo1 created at 3
     let mut b = t.store.begin_batch().unwrap();
     let again = b.put(&put_req("foo1", "again"), &NoLeases).unwrap();
     let rev = again.header.unwrap().revision;
-    assert!(holds(
+    assert_holds(
         &mut b,
-        cmp("foo1", T::Version, R::Equal, U::Version(2))
-    ));
-    assert!(holds(
-        &mut b,
-        cmp("foo1", T::Mod, R::Equal, U::ModRevision(rev))
-    ));
-    assert!(holds(
-        &mut b,
-        cmp("foo1", T::Create, R::Equal, U::CreateRevision(3))
-    ));
-    assert!(!holds(
-        &mut b,
-        cmp("foo1", T::Mod, R::Less, U::ModRevision(rev))
-    ));
+        &[
+            (cmp("foo1", T::Version, R::Equal, U::Version(2)), true),
+            (cmp("foo1", T::Mod, R::Equal, U::ModRevision(rev)), true),
+            (cmp("foo1", T::Create, R::Equal, U::CreateRevision(3)), true),
+            (cmp("foo1", T::Mod, R::Less, U::ModRevision(rev)), false),
+        ],
+    );
     b.delete_range(&DeleteRangeRequest {
         key: "foo2".into(),
         ..Default::default()
     })
     .unwrap();
-    assert!(holds(
+    assert_holds(
         &mut b,
-        cmp("foo2", T::Version, R::Equal, U::Version(0))
-    ));
-    assert!(holds(
-        &mut b,
-        cmp("foo2", T::Mod, R::Equal, U::ModRevision(0))
-    ));
-    assert!(holds(
-        &mut b,
-        cmp("foo2", T::Create, R::Equal, U::CreateRevision(0))
-    ));
+        &[
+            (cmp("foo2", T::Version, R::Equal, U::Version(0)), true),
+            (cmp("foo2", T::Mod, R::Equal, U::ModRevision(0)), true),
+            (cmp("foo2", T::Create, R::Equal, U::CreateRevision(0)), true),
+        ],
+    );
     // put again: a new generation
     let back = b.put(&put_req("foo2", "back"), &NoLeases).unwrap();
     let rev = back.header.unwrap().revision;
-    assert!(holds(
-        &mut b,
-        cmp("foo2", T::Version, R::Equal, U::Version(1))
-    ));
-    assert!(holds(
-        &mut b,
-        cmp("foo2", T::Create, R::Equal, U::CreateRevision(rev))
-    ));
-    assert!(holds(
-        &mut b,
-        cmp("foo2", T::Mod, R::Equal, U::ModRevision(rev))
-    ));
     // the same answers as the range path gives (a range_end makes it read
     // rows)
     let mut ranged = cmp("foo2", T::Version, R::Equal, U::Version(1));
     ranged.range_end = "foo3".into();
-    assert!(holds(&mut b, ranged));
+    assert_holds(
+        &mut b,
+        &[
+            (cmp("foo2", T::Version, R::Equal, U::Version(1)), true),
+            (
+                cmp("foo2", T::Create, R::Equal, U::CreateRevision(rev)),
+                true,
+            ),
+            (cmp("foo2", T::Mod, R::Equal, U::ModRevision(rev)), true),
+            (ranged, true),
+        ],
+    );
 }
 
 #[test]

@@ -36,6 +36,7 @@ use crate::memtable::{self, MemRow, Row, RowSource, Rows, RowsAt};
 use crate::range;
 use crate::revision::Revision;
 use crate::{LeaseLookup, MvccError};
+use parking_lot::RwLock;
 
 fn header(revision: i64) -> Option<ResponseHeader> {
     Some(ResponseHeader {
@@ -512,7 +513,7 @@ impl<'a> WriteBatch<'a> {
     /// etcd's `applyCompare`: every key in the compare's range must satisfy
     /// it; no key compares as an empty KeyValue, except for VALUE which fails.
     fn apply_compare(&self, op: &Op, c: &Compare) -> Result<bool, MvccError> {
-        if let Some(holds) = compare_from_index(&self.store.index.read(), c, op.read_rev()) {
+        if let Some(holds) = compare_from_index(&self.store.index, c, op.read_rev()) {
             return Ok(holds);
         }
         let rr = self.range_in(op, &compare_range(c))?;
@@ -711,7 +712,11 @@ pub(crate) fn compare_range(c: &Compare) -> RangeRequest {
 /// Reading the row (a B-tree lookup and a decode, its value copied) was
 /// half of a guarded update's apply, and kube-apiserver's every write
 /// compares the mod revision.
-pub(crate) fn compare_from_index(index: &TreeIndex, c: &Compare, at_rev: i64) -> Option<bool> {
+pub(crate) fn compare_from_index(
+    index: &RwLock<TreeIndex>,
+    c: &Compare,
+    at_rev: i64,
+) -> Option<bool> {
     use compare::CompareTarget;
     let from_index = matches!(
         CompareTarget::try_from(c.target),
@@ -720,7 +725,7 @@ pub(crate) fn compare_from_index(index: &TreeIndex, c: &Compare, at_rev: i64) ->
     if !from_index || !c.range_end.is_empty() {
         return None;
     }
-    let kv = (index.get(&c.key, at_rev).ok()).map(|(modified, created, version)| KeyValue {
+    let kv = (index.read().get(&c.key, at_rev).ok()).map(|(modified, created, version)| KeyValue {
         create_revision: created.main,
         mod_revision: modified.main,
         version,

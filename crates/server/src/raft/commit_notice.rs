@@ -189,7 +189,7 @@ pub fn step<S: Storage>(raw: &mut RawNode<S>, m: Message) -> raft::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::test_cluster::{self, node};
+    use crate::raft::test_cluster::{self, cluster, pump};
     use raft::eraftpb::Entry;
     use raft::storage::MemStorage;
 
@@ -197,31 +197,21 @@ mod tests {
         test_cluster::ready(n, |_, _| {})
     }
 
-    /// Delivers messages (through [`step`], as the raft thread does) until
-    /// none is left; returns every message delivered.
-    fn pump(nodes: &mut [RawNode<MemStorage>], mut msgs: Vec<Message>) -> Vec<Message> {
-        let mut seen = Vec::new();
-        for _ in 0..100 {
-            for n in nodes.iter_mut() {
-                msgs.extend(ready(n));
-            }
-            if msgs.is_empty() {
-                return seen;
-            }
-            for m in std::mem::take(&mut msgs) {
-                seen.push(m.clone());
-                let _ = step(&mut nodes[m.to as usize - 1], m);
-            }
-        }
-        panic!("the cluster did not settle");
+    /// The one message the leader's next Ready sends member 2.
+    fn sent_to_2(leader: &mut RawNode<MemStorage>) -> Message {
+        let out = ready(leader);
+        let to_2: Vec<_> = out.iter().filter(|m| m.to == 2).collect();
+        assert_eq!(to_2.len(), 1, "{out:?}");
+        to_2[0].clone()
     }
 
-    fn cluster() -> Vec<RawNode<MemStorage>> {
-        let mut nodes: Vec<_> = (1..=3).map(node).collect();
-        nodes[0].campaign().expect("campaign");
-        pump(&mut nodes, Vec::new());
-        assert_eq!(nodes[0].raft.state, StateRole::Leader);
-        nodes
+    /// A fresh cluster whose leader committed a write member 2 forwarded,
+    /// the notice not yet checked.
+    fn committed_forwarded_write() -> (Vec<RawNode<MemStorage>>, CommitNotice) {
+        let mut nodes = cluster();
+        let mut notice = CommitNotice::default();
+        commit_a_forwarded_write(&mut nodes, &mut notice);
+        (nodes, notice)
     }
 
     fn answers_to_leader(msgs: &[Message]) -> Vec<&Message> {
@@ -263,25 +253,21 @@ mod tests {
 
     #[test]
     fn test_a_follower_applies_a_notice_and_does_not_answer_it() {
-        let mut nodes = cluster();
-        let mut notice = CommitNotice::default();
-        commit_a_forwarded_write(&mut nodes, &mut notice);
+        let (mut nodes, mut notice) = committed_forwarded_write();
         notice.check(&mut nodes[0].raft, Instant::now());
-        let out = ready(&mut nodes[0]);
-        let to_2: Vec<_> = out.iter().filter(|m| m.to == 2).collect();
-        assert_eq!(to_2.len(), 1, "{out:?}");
-        assert_eq!(to_2[0].get_msg_type(), MessageType::MsgAppend);
-        assert!(to_2[0].entries.is_empty());
-        assert_eq!(&to_2[0].context[..], MARK);
+        let sent = sent_to_2(&mut nodes[0]);
+        assert_eq!(sent.get_msg_type(), MessageType::MsgAppend);
+        assert!(sent.entries.is_empty());
+        assert_eq!(&sent.context[..], MARK);
         let last = nodes[0].raft.raft_log.last_index();
-        step(&mut nodes[1], to_2[0].clone()).expect("step");
+        step(&mut nodes[1], sent.clone()).expect("step");
         let answers = ready(&mut nodes[1]);
         assert_eq!(nodes[1].raft.raft_log.committed, last);
         assert_eq!(nodes[1].raft.raft_log.applied, last);
         assert!(answers_to_leader(&answers).is_empty(), "{answers:?}");
         // the same message, unmarked, is answered (what a member that does
         // not know the mark does)
-        let mut plain = to_2[0].clone();
+        let mut plain = sent;
         plain.context = Vec::new().into();
         step(&mut nodes[1], plain).expect("step");
         assert_eq!(answers_to_leader(&ready(&mut nodes[1])).len(), 1);
@@ -289,14 +275,9 @@ mod tests {
 
     #[test]
     fn test_a_rejected_notice_is_still_answered() {
-        let mut nodes = cluster();
-        let mut notice = CommitNotice::default();
-        commit_a_forwarded_write(&mut nodes, &mut notice);
+        let (mut nodes, mut notice) = committed_forwarded_write();
         notice.check(&mut nodes[0].raft, Instant::now());
-        let mut m = ready(&mut nodes[0])
-            .into_iter()
-            .find(|m| m.to == 2)
-            .expect("a notice");
+        let mut m = sent_to_2(&mut nodes[0]);
         // an index the follower does not hold: it must say so
         m.index += 5;
         m.log_term = nodes[0].raft.term;
@@ -309,33 +290,24 @@ mod tests {
 
     #[test]
     fn test_entries_batched_into_a_notice_are_answered() {
-        let mut nodes = cluster();
-        let mut notice = CommitNotice::default();
-        commit_a_forwarded_write(&mut nodes, &mut notice);
+        let (mut nodes, mut notice) = committed_forwarded_write();
         notice.check(&mut nodes[0].raft, Instant::now());
         // a proposal before the Ready goes out joins the queued notice
         // (batch_append)
         nodes[0].propose(vec![], b"next".to_vec()).expect("propose");
-        let out = ready(&mut nodes[0]);
-        let to_2: Vec<_> = out.iter().filter(|m| m.to == 2).collect();
-        assert_eq!(to_2.len(), 1, "{out:?}");
-        assert_eq!(to_2[0].entries.len(), 1, "batched into the notice");
-        step(&mut nodes[1], to_2[0].clone()).expect("step");
+        let sent = sent_to_2(&mut nodes[0]);
+        assert_eq!(sent.entries.len(), 1, "batched into the notice");
+        step(&mut nodes[1], sent).expect("step");
         let answers = ready(&mut nodes[1]);
         assert_eq!(answers_to_leader(&answers).len(), 1, "{answers:?}");
     }
 
     #[test]
     fn test_a_probe_is_not_marked() {
-        let mut nodes = cluster();
-        let mut notice = CommitNotice::default();
-        commit_a_forwarded_write(&mut nodes, &mut notice);
+        let (mut nodes, mut notice) = committed_forwarded_write();
         nodes[0].raft.mut_prs().get_mut(2).unwrap().become_probe();
         notice.check(&mut nodes[0].raft, Instant::now());
-        let out = ready(&mut nodes[0]);
-        let to_2: Vec<_> = out.iter().filter(|m| m.to == 2).collect();
-        assert_eq!(to_2.len(), 1, "{out:?}");
-        assert!(to_2[0].context.is_empty());
+        assert!(sent_to_2(&mut nodes[0]).context.is_empty());
     }
 
     #[test]

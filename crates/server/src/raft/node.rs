@@ -1012,7 +1012,7 @@ impl RaftNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::test_cluster::{self, node};
+    use crate::raft::test_cluster::{self, cluster, node, pump};
     use raft::eraftpb::Message;
     use raft::storage::MemStorage;
 
@@ -1020,36 +1020,11 @@ mod tests {
         test_cluster::ready(n, |_, _| {})
     }
 
-    /// Delivers messages between the members until none is left.
-    fn pump(nodes: &mut [RawNode<MemStorage>], mut msgs: Vec<Message>) {
-        for _ in 0..100 {
-            for n in nodes.iter_mut() {
-                msgs.extend(ready(n));
-            }
-            if msgs.is_empty() {
-                return;
-            }
-            for m in std::mem::take(&mut msgs) {
-                let _ = nodes[m.to as usize - 1].step(m);
-            }
-        }
-        panic!("the cluster did not settle");
-    }
-
     fn entry(data: &[u8]) -> Entry {
         Entry {
             data: data.to_vec().into(),
             ..Default::default()
         }
-    }
-
-    /// Three members with member 1 the leader, every log caught up.
-    fn cluster() -> Vec<RawNode<MemStorage>> {
-        let mut nodes: Vec<_> = (1..=3).map(node).collect();
-        nodes[0].campaign().expect("campaign");
-        pump(&mut nodes, Vec::new());
-        assert_eq!(nodes[0].raft.state, StateRole::Leader);
-        nodes
     }
 
     fn appends_to(msgs: &[Message], to: u64) -> Vec<usize> {

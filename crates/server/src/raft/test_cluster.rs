@@ -4,7 +4,7 @@
 
 use raft::eraftpb::{ConfState, Message};
 use raft::storage::MemStorage;
-use raft::{RawNode, ReadState};
+use raft::{RawNode, ReadState, StateRole};
 
 /// Member `id` of an in-memory cluster of voters 1, 2, 3, configured as
 /// the server configures raft (pre-vote on, 10 ticks to an election).
@@ -42,4 +42,33 @@ pub fn ready(n: &mut RawNode<MemStorage>, after: impl FnOnce(Vec<ReadState>, u64
     n.advance_apply();
     after(read_states, n.raft.raft_log.applied);
     out
+}
+
+/// Delivers messages between the members (each through
+/// `commit_notice::step`, as the raft thread steps them) until none is
+/// left; returns every message delivered.
+pub fn pump(nodes: &mut [RawNode<MemStorage>], mut msgs: Vec<Message>) -> Vec<Message> {
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        for n in nodes.iter_mut() {
+            msgs.extend(ready(n, |_, _| {}));
+        }
+        if msgs.is_empty() {
+            return seen;
+        }
+        for m in std::mem::take(&mut msgs) {
+            seen.push(m.clone());
+            let _ = super::commit_notice::step(&mut nodes[m.to as usize - 1], m);
+        }
+    }
+    panic!("the cluster did not settle");
+}
+
+/// Three members with member 1 the leader, every log caught up.
+pub fn cluster() -> Vec<RawNode<MemStorage>> {
+    let mut nodes: Vec<_> = (1..=3).map(node).collect();
+    nodes[0].campaign().expect("campaign");
+    pump(&mut nodes, Vec::new());
+    assert_eq!(nodes[0].raft.state, StateRole::Leader);
+    nodes
 }

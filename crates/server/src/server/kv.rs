@@ -105,8 +105,7 @@ impl EtcdServer {
     /// either way. A small plain range is sized here on the runtime (from
     /// the index; rows read at an older revision than their key's newest
     /// are read for it), a long one on a blocking thread. Built, each kv
-    /// was decoded into its fields and encoded again: a 500-key page of
-    /// 1 KiB values cost ...
+    /// was decoded into its fields and encoded again (docs/design.md).
     pub async fn range_reply(
         &self,
         req: RangeRequest,
