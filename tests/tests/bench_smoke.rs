@@ -198,6 +198,24 @@ async fn bench_compare_runs_both_servers() {
         ] {
             assert!(out.contains(s), "missing {s:?} in:\n{out}");
         }
+        // server CPU, user and kernel apart: each row's line gives both
+        // servers' "user / kernel" and the three ratios
+        let split = out
+            .split("| server CPU ms per 1000 requests, user / kernel |")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no user/kernel table in:\n{out}"));
+        let put = (split.lines())
+            .find(|l| l.starts_with("| put-100 |"))
+            .unwrap_or_else(|| panic!("no put-100 row in:\n{split}"));
+        let cells: Vec<&str> = put.split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 8, "{put}");
+        for c in &cells[2..4] {
+            let parts: Vec<f64> = (c.split(" / "))
+                .map(|v| v.parse().unwrap_or_else(|e| panic!("{e}: {put}")))
+                .collect();
+            assert_eq!(parts.len(), 2, "{put}");
+            assert!(parts[0] + parts[1] > 0.0, "no CPU counted: {put}");
+        }
     })
     .await;
 }

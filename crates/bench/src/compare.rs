@@ -17,7 +17,7 @@ use retcd_launch::{free_port, initial_cluster, MemberFlags, NotReady, Process};
 use serde::Serialize;
 
 use crate::k8s;
-use crate::report::{pid_cpu_secs, rss_bytes, Report};
+use crate::report::{pid_cpu_secs, pid_cpu_split, rss_bytes, CpuSplit, Report};
 use crate::runner::{self, connect, ConnOpts, Drive};
 use crate::watch;
 use crate::workloads::{self, encode_key, KeyOpts};
@@ -323,6 +323,11 @@ impl Servers {
         self.pids().into_iter().map(pid_cpu_secs).sum()
     }
 
+    /// Every member's CPU time so far, user and kernel apart.
+    pub(crate) fn cpu_split(&self) -> CpuSplit {
+        self.pids().into_iter().map(pid_cpu_split).sum()
+    }
+
     /// The last `max_bytes` of member `i`'s log.
     pub(crate) fn log_tail(&self, i: usize, max_bytes: u64) -> String {
         self.procs[i].log_tail(max_bytes)
@@ -385,6 +390,8 @@ struct RowResult {
     errors: u64,
     /// Server CPU seconds (all members) per 1000 requests.
     server_cpu_ms_per_op: f64,
+    /// The kernel's (system) part of it.
+    server_sys_ms_per_op: f64,
     client_cpu_ms_per_op: f64,
     report: Report,
 }
@@ -550,14 +557,15 @@ async fn run_suite(
         rss_end: 0,
     };
     for row in rows {
-        let cpu0 = servers.cpu_secs();
+        let cpu0 = servers.cpu_split();
         let r = tokio::time::timeout(
             Duration::from_secs(600),
             run_row(row, &servers.endpoints, a.factor()?),
         )
         .await
         .map_err(|_| anyhow!("{row} did not finish in 600 s"))??;
-        let server_cpu = servers.cpu_secs() - cpu0;
+        let split = servers.cpu_split() - cpu0;
+        let server_cpu = split.user + split.system;
         let per = |cpu: f64| {
             if r.requests > 0 {
                 cpu * 1e3 / r.requests as f64
@@ -566,8 +574,8 @@ async fn run_suite(
             }
         };
         eprintln!(
-            "  [{nodes} node(s), run {run}, {:<5}] {row:<15} {:>9.0} ops/s  avg {:>7.3} ms  p50 {:>7.3} ms  p99 {:>7.3} ms  errors {}  server CPU {:.1} s  client CPU {:.1} s",
-            flavor.name(), r.ops_per_sec, r.average_ms, r.pct(50.0), r.pct(99.0), r.errors, server_cpu, r.client_cpu_secs
+            "  [{nodes} node(s), run {run}, {:<5}] {row:<15} {:>9.0} ops/s  avg {:>7.3} ms  p50 {:>7.3} ms  p99 {:>7.3} ms  errors {}  server CPU {:.2} s (kernel {:.2})  client CPU {:.1} s",
+            flavor.name(), r.ops_per_sec, r.average_ms, r.pct(50.0), r.pct(99.0), r.errors, server_cpu, split.system, r.client_cpu_secs
         );
         if let Some(e) = &r.first_error {
             eprintln!("      first error: {e}");
@@ -580,6 +588,7 @@ async fn run_suite(
             p99_ms: r.pct(99.0),
             errors: r.errors,
             server_cpu_ms_per_op: per(server_cpu),
+            server_sys_ms_per_op: per(split.system),
             client_cpu_ms_per_op: per(r.client_cpu_secs),
             report: r,
         });
@@ -620,6 +629,18 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
         v[m]
     } else {
         (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// A CPU figure with three significant digits or so (a watch event's
+/// share of a millisecond needs decimals, a put's does not).
+fn ms(v: f64) -> String {
+    if v.abs() < 10.0 {
+        format!("{v:.2}")
+    } else if v.abs() < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
     }
 }
 
@@ -697,8 +718,35 @@ fn print_table(nodes: usize, runs: &[RunResult], rows: &[String], scale: f64) {
         let ec = pick(Flavor::Etcd, row, &|x| x.client_cpu_ms_per_op) * 1000.0;
         let rc = pick(Flavor::Retcd, row, &|x| x.client_cpu_ms_per_op) * 1000.0;
         println!(
-            "| {row} | {es:.0} | {rs:.0} | {} | {ec:.0} | {rc:.0} |",
-            ratio(rs, es)
+            "| {row} | {} | {} | {} | {} | {} |",
+            ms(es),
+            ms(rs),
+            ratio(rs, es),
+            ms(ec),
+            ms(rc)
+        );
+    }
+    // The kernel's part (the servers' TCP, system calls and wake-ups): what
+    // retcd spends there alone, over etcd's whole CPU, is the least its
+    // CPU ratio can be with no user time at all.
+    println!("\n| server CPU ms per 1000 requests, user / kernel | etcd | retcd | user ratio | kernel ratio | retcd kernel ÷ etcd total |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let es = pick(Flavor::Etcd, row, &|x| x.server_cpu_ms_per_op) * 1000.0;
+        let ek = pick(Flavor::Etcd, row, &|x| x.server_sys_ms_per_op) * 1000.0;
+        let rk = pick(Flavor::Retcd, row, &|x| x.server_sys_ms_per_op) * 1000.0;
+        let user = |x: &RowResult| x.server_cpu_ms_per_op - x.server_sys_ms_per_op;
+        let eu = pick(Flavor::Etcd, row, &user) * 1000.0;
+        let ru = pick(Flavor::Retcd, row, &user) * 1000.0;
+        println!(
+            "| {row} | {} / {} | {} / {} | {} | {} | {} |",
+            ms(eu),
+            ms(ek),
+            ms(ru),
+            ms(rk),
+            ratio(ru, eu),
+            ratio(rk, ek),
+            ratio(rk, es)
         );
     }
 }

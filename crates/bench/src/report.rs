@@ -185,14 +185,57 @@ pub fn process_cpu_secs() -> f64 {
 
 /// `utime + stime` of a `/proc/<pid>/stat` line, in seconds.
 pub fn cpu_secs_from_stat(stat: &str) -> f64 {
+    let c = cpu_from_stat(stat);
+    c.user + c.system
+}
+
+/// CPU time of a process, user and kernel (system) apart, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuSplit {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl std::ops::Add for CpuSplit {
+    type Output = CpuSplit;
+    fn add(self, o: CpuSplit) -> CpuSplit {
+        CpuSplit {
+            user: self.user + o.user,
+            system: self.system + o.system,
+        }
+    }
+}
+
+impl std::ops::Sub for CpuSplit {
+    type Output = CpuSplit;
+    fn sub(self, o: CpuSplit) -> CpuSplit {
+        CpuSplit {
+            user: self.user - o.user,
+            system: self.system - o.system,
+        }
+    }
+}
+
+impl std::iter::Sum for CpuSplit {
+    fn sum<I: Iterator<Item = CpuSplit>>(iter: I) -> CpuSplit {
+        iter.fold(CpuSplit::default(), |a, b| a + b)
+    }
+}
+
+/// `utime` and `stime` of a `/proc/<pid>/stat` line, in seconds (zero
+/// when the line cannot be read).
+pub fn cpu_from_stat(stat: &str) -> CpuSplit {
     // Fields after the `(comm)`: state is field 3; utime 14, stime 15.
     let Some(rest) = stat.rsplit_once(')').map(|x| x.1) else {
-        return 0.0;
+        return CpuSplit::default();
     };
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
     // rest[0] is state (field 3) → utime (14) is rest[11], stime (15) rest[12].
-    (ticks(11) + ticks(12)) / clk_tck()
+    CpuSplit {
+        user: ticks(11) / clk_tck(),
+        system: ticks(12) / clk_tck(),
+    }
 }
 
 fn clk_tck() -> f64 {
@@ -215,7 +258,37 @@ pub fn rss_bytes(pid: u32) -> Option<(u64, u64)> {
 
 /// CPU seconds used so far by process `pid`.
 pub fn pid_cpu_secs(pid: u32) -> f64 {
+    let c = pid_cpu_split(pid);
+    c.user + c.system
+}
+
+/// CPU time of process `pid` so far, user and kernel apart.
+pub fn pid_cpu_split(pid: u32) -> CpuSplit {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| cpu_secs_from_stat(&s))
-        .unwrap_or(0.0)
+        .map(|s| cpu_from_stat(&s))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_cpu_from_stat_reads_user_and_kernel_ticks() {
+        // a command name with a space and a parenthesis, as /proc shows it
+        let line =
+            "4242 (retcd (x) w) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 9 0 100 0 0";
+        let c = cpu_from_stat(line);
+        assert_eq!(
+            c,
+            CpuSplit {
+                user: 2.5,
+                system: 0.75
+            }
+        );
+        assert_eq!(cpu_secs_from_stat(line), 3.25);
+        let both = [c, c].into_iter().sum::<CpuSplit>() - c;
+        assert_eq!(both, c);
+        assert_eq!(cpu_from_stat("garbage"), CpuSplit::default());
+    }
 }
