@@ -549,7 +549,25 @@ impl WatchableStore {
                 group.batch.replies.reserve_exact(n);
                 group.members.reserve_exact(n);
             }
+            // The last watcher's picks (as gathered) and its one reply's
+            // revision and events: the next watcher with the same picks
+            // (watchers of one key with the same options get the same
+            // events) takes a copy of them instead of planning again.
+            let mut last_plan: Option<(Picks, i64, SharedEvents)> = None;
             for ((wk, mut picks), g) in wanted.drain(..).zip(group_at) {
+                if let Some((same, rev, events)) = &last_plan {
+                    if *same == picks {
+                        let group = &mut groups[g];
+                        group.members.push((wk, 1, rev + 1));
+                        (group.batch.replies).push(WatchReply::with_shared(
+                            wk.1,
+                            *rev,
+                            events.clone(),
+                        ));
+                        continue;
+                    }
+                }
+                let gathered = picks.clone();
                 // one response per watcher, cut at a revision boundary
                 // when it would pass MERGE_LIMIT_BYTES (never inside one):
                 // `cuts` holds (end, last revision) of each response
@@ -572,8 +590,11 @@ impl WatchableStore {
                 let group = &mut groups[g];
                 group.members.push((wk, cuts.len(), last + 1));
                 if let [(_, rev)] = cuts[..] {
-                    group.batch.replies.push(shared(wk.1, rev, enc, &picks));
+                    let events = SharedEvents::new(0, enc, &picks);
+                    (group.batch.replies).push(WatchReply::with_shared(wk.1, rev, events.clone()));
+                    last_plan = Some((gathered, rev, events));
                 } else {
+                    last_plan = None;
                     let mut start = 0;
                     for (end, rev) in cuts {
                         let chunk = &picks[start..end];

@@ -650,6 +650,57 @@ fn test_notify_merges_revisions_of_a_batch() {
     assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
 }
 
+/// Watchers with the same picks share one plan (`notify` reuses the last
+/// watcher's reply for the next one with the same events); watchers in
+/// between with other picks, on two streams, still get their own.
+#[test]
+fn test_notify_watchers_with_the_same_events_each_get_them() {
+    let t = setup();
+    t.put("a", "0");
+    let (s1, rx1) = t.stream(16);
+    let (s2, rx2) = t.stream(16);
+    let prev = WatchOptions {
+        prev_kv: true,
+        ..Default::default()
+    };
+    // stream 1: two plain, one prev_kv, two plain, one range; stream 2:
+    // two plain
+    let mut want1 = vec![
+        (watch(&s1, "a", "", from(0)), vec![3, 5], false),
+        (watch(&s1, "a", "", from(0)), vec![3, 5], false),
+        (watch(&s1, "a", "", prev), vec![3, 5], true),
+        (watch(&s1, "a", "", from(0)), vec![3, 5], false),
+        (watch(&s1, "a", "", from(0)), vec![3, 5], false),
+        (watch(&s1, "a", "c", from(0)), vec![3, 4, 5], false),
+    ];
+    let mut want2 = vec![
+        (watch(&s2, "a", "", from(0)), vec![3, 5], false),
+        (watch(&s2, "a", "", from(0)), vec![3, 5], false),
+    ];
+    apply_puts(
+        &t,
+        &[("a", "1".into()), ("b", "2".into()), ("a", "3".into())],
+    );
+    for (rx, want) in [(&rx1, &mut want1), (&rx2, &mut want2)] {
+        let mut got: Vec<_> = (0..want.len())
+            .map(|_| {
+                let r = recv(rx);
+                let revs: Vec<i64> = (r.events.iter())
+                    .map(|e| e.kv.as_ref().unwrap().mod_revision)
+                    .collect();
+                let with_prev = r.events.iter().all(|e| e.prev_kv.is_some());
+                assert!(with_prev || r.events.iter().all(|e| e.prev_kv.is_none()));
+                assert_eq!(r.header.as_ref().unwrap().revision, 5);
+                (r.watch_id, revs, with_prev)
+            })
+            .collect();
+        got.sort();
+        want.sort();
+        assert_eq!(&got, want);
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+    }
+}
+
 #[test]
 fn test_notify_cuts_large_batches_at_revision_boundaries() {
     let t = setup();
