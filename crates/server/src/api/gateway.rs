@@ -219,6 +219,11 @@ struct BodyValues {
 /// much as a unary body may (axum's default body limit).
 const MAX_BODY_VALUE: usize = 2 << 20;
 
+/// How much of a request body Go's server reads and drops after its
+/// handler returned before it closes the connection instead
+/// (`maxPostHandlerReadBytes` in net/http).
+const MAX_DRAIN_BYTES: usize = 256 << 10;
+
 impl BodyValues {
     fn new(body: axum::body::Body) -> BodyValues {
         BodyValues {
@@ -258,6 +263,23 @@ impl BodyValues {
                 Some(Ok(b)) => self.buf.extend_from_slice(&b),
                 Some(Err(e)) => return Err(e.to_string()),
                 None => self.done = true,
+            }
+        }
+    }
+
+    /// Reads and drops the rest of the body, up to [`MAX_DRAIN_BYTES`], as
+    /// Go's server does once its handler has returned: a client still
+    /// writing the body after its stream ended (a value that did not
+    /// decode ends it) does not meet a closed connection, which hyper
+    /// gives it when the body is dropped unread (the client's next write
+    /// fails with a broken pipe; etcd's client sees none).
+    async fn drain(mut self) {
+        use futures::StreamExt;
+        let mut left = MAX_DRAIN_BYTES;
+        while !self.done {
+            match self.data.next().await {
+                Some(Ok(b)) if b.len() <= left => left -= b.len(),
+                _ => return,
             }
         }
     }
@@ -399,9 +421,13 @@ where
             tokio::spawn(async move {
                 while let Ok(Some(r)) = values.next_request::<Req>().await {
                     if tx.send(r).await.is_err() {
-                        return;
+                        break;
                     }
                 }
+                // the request side closes (`CloseSend`), then the rest of
+                // the body is read as Go's server reads it
+                drop(tx);
+                values.drain().await;
             });
         }
         None => drop(tx), // an empty body: the request side closes at once
