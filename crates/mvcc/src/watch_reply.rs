@@ -29,6 +29,7 @@
 //! that sent the reply: a fifth of `notify`'s own cycles went to the
 //! increment).
 
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use prost::bytes::BufMut;
@@ -370,7 +371,13 @@ impl WatchReply {
                 && r.compact_revision == 0
                 && r.cancel_reason.is_empty()
         });
-        plain && self.event_count() > 0
+        plain && self.has_events()
+    }
+
+    /// Whether it carries any event (`event_count() > 0` without counting:
+    /// an event list is empty or holds at least one index).
+    fn has_events(&self) -> bool {
+        self.shared.iter().any(|s| !s.picks.is_empty()) || !self.own_events().is_empty()
     }
 
     /// Appends `later`'s events (the same watcher's next reply, carried by
@@ -700,20 +707,27 @@ impl ReplyBatch {
                     continue;
                 }
                 let len = r.encoded_len_bound();
-                let id = r.watch_id;
-                let r = match open.get_mut(&id) {
-                    Some((i, open_len)) if *open_len + len <= max_bytes => {
-                        match out.replies[*i].merge(r) {
-                            None => {
-                                *open_len += len;
-                                continue;
+                // one lookup per reply: merged into the watcher's open
+                // reply, or itself the open one from now on
+                let at = out.replies.len();
+                match open.entry(r.watch_id) {
+                    Entry::Occupied(mut o) => {
+                        let (i, open_len) = *o.get();
+                        if open_len + len <= max_bytes {
+                            match out.replies[i].merge(r) {
+                                None => {
+                                    o.get_mut().1 += len;
+                                    continue;
+                                }
+                                Some(back) => r = back,
                             }
-                            Some(r) => r,
                         }
+                        o.insert((at, len));
                     }
-                    _ => r,
-                };
-                open.insert(id, (out.replies.len(), len));
+                    Entry::Vacant(v) => {
+                        v.insert((at, len));
+                    }
+                }
                 out.replies.push(r);
             }
         }
