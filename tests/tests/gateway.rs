@@ -498,3 +498,93 @@ async fn gateway_same_as_etcd() {
     })
     .await
 }
+
+/// What a client meets that goes on writing a streaming call's body after
+/// a value that ends the stream: the result of each later write, the
+/// answer's lines, and whether the answer ended with the last chunk. A
+/// keepalive body with bytes after its value ends the stream (the value
+/// is answered, the rest does not decode). etcd's Go server reads the
+/// rest of the body (up to 256 KiB: it answers once the body is done),
+/// so the client's later chunks are taken.
+fn write_after_the_stream_ended(port: u16, lease: &str) -> (Vec<String>, Vec<String>, bool) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let value = format!(r#"{{"ID":"{lease}"}}]"#);
+    let head = "POST /v3/lease/keepalive HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+        Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    s.write_all(format!("{head}{:x}\r\n{value}\r\n", value.len()).as_bytes())
+        .expect("write the request");
+    // more of the body, the last chunk last, with pauses for the stream to
+    // end and a reset to come back from a closed connection
+    let writes = [r#"{"ID":8}"#, r#"{"ID": 9}"#]
+        .iter()
+        .map(|c| format!("{:x}\r\n{c}\r\n", c.len()))
+        .chain(["0\r\n\r\n".to_string()])
+        .map(|w| {
+            std::thread::sleep(Duration::from_millis(200));
+            match s.write_all(w.as_bytes()) {
+                Ok(()) => "ok".to_string(),
+                Err(e) => format!("write: {}", e.kind()),
+            }
+        })
+        .collect();
+    // the answer, to its last chunk
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"\r\n0\r\n\r\n") && Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let lines = (text.lines())
+        .filter(|l| l.starts_with('{'))
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap_or(Value::Null);
+            if let Some(h) = v.pointer_mut("/result/header") {
+                *h = Value::Null;
+            }
+            v.to_string()
+        })
+        .collect();
+    (writes, lines, got.ends_with(b"\r\n0\r\n\r\n"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_reads_a_stream_body_after_the_stream_ended() {
+    bounded(LIMIT, async {
+        let mut seen = Vec::new();
+        for flavor in [Flavor::Etcd, test_flavor()] {
+            let c = match flavor {
+                Flavor::Etcd => {
+                    Cluster::start_with_binary(flavor, retcd_tests::etcd351_bin(), 1, &[]).await
+                }
+                Flavor::Retcd => Cluster::start(flavor, 1, &[]).await,
+            }
+            .expect("start");
+            let port = c.members[0].client_port;
+            seen.push(tokio::task::block_in_place(|| {
+                let grant = raw_exchange(
+                    port,
+                    b"POST /v3/lease/grant HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                     Content-Length: 19\r\nConnection: close\r\n\r\n{\"TTL\":3600,\"ID\":7}",
+                    Instant::now() + Duration::from_secs(5),
+                );
+                assert_eq!(grant.status, 200, "{grant:?}");
+                write_after_the_stream_ended(port, "7")
+            }));
+            drop(c);
+        }
+        let (want, got) = (&seen[0], &seen[1]);
+        // on etcd: every later write taken, one answer, then the end
+        assert_eq!(want.0, ["ok", "ok", "ok"], "{want:?}");
+        assert_eq!(want.1.len(), 1, "{want:?}");
+        assert!(want.2, "{want:?}");
+        assert_eq!(got, want);
+    })
+    .await
+}
