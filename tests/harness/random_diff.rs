@@ -229,6 +229,40 @@ pub fn normalise_txn(
     }
 }
 
+/// A Txn branch with no Put that etcd (3.4.23 and 3.5.1 alike) dies on.
+/// etcd checks a Put with `ignore_value` or `ignore_lease` against the
+/// store as it was before the Txn (`checkRequestPut` in
+/// etcdserver/apply.go) and panics in the apply ("unexpected error during
+/// txnWrite": every member dies) when an earlier op of its branch deleted
+/// its key; its "duplicate key" check (`checkIntervals` in
+/// etcdserver/api/v3rpc/key.go) misses a delete from a key on (range end
+/// `\0`) and may miss one in a nested Txn. So such a Put after either
+/// loses its ignore flags, unless the flags fail the API's check anyway
+/// (a value or a lease given with them). retcd answers InvalidArgument
+/// "etcdserver: key not found" there. Returns whether it changed anything.
+pub fn no_etcd_crash(branch: &mut [retcd_api::etcdserverpb::RequestOp]) -> bool {
+    use retcd_api::etcdserverpb::{request_op::Request, PutRequest};
+    // Flags the API lets through (it refuses a value or a lease with them).
+    let flagged = |p: &PutRequest| {
+        (p.ignore_value || p.ignore_lease)
+            && (!p.ignore_value || p.value.is_empty())
+            && (!p.ignore_lease || p.lease == 0)
+    };
+    let (mut changed, mut may_delete) = (false, false);
+    for op in branch.iter_mut() {
+        match &mut op.request {
+            Some(Request::RequestDeleteRange(d)) if d.range_end == [0] => may_delete = true,
+            Some(Request::RequestTxn(_)) => may_delete = true,
+            Some(Request::RequestPut(p)) if may_delete && flagged(p) => {
+                (p.ignore_value, p.ignore_lease) = (false, false);
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    changed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -254,43 +254,13 @@ fn served_locally(req: &Req) -> bool {
     }
 }
 
-/// `req` with no Put that etcd 3.4.23 dies on at the top of a Txn's
-/// branch. etcd checks a Put with `ignore_value` or `ignore_lease` against
-/// the store as it was before the Txn (`checkRequestPut` in
-/// etcdserver/apply.go) and panics in the apply ("unexpected error during
-/// txnWrite": every member dies) when an earlier op of its branch deleted
-/// its key; its "duplicate key" check (`checkIntervals` in
-/// etcdserver/api/v3rpc/key.go) misses a delete from a key on (range end
-/// `\0`) and may miss one in a nested Txn. So such a Put after either
-/// loses its ignore flags — unless the flags fail the API's check anyway
-/// (a value or a lease given with them). Returns whether it changed
-/// anything.
+/// `req` with no Put that etcd dies on at the top of a Txn's branch
+/// (see [`retcd_tests::random_diff::no_etcd_crash`]). Returns whether it
+/// changed anything.
 fn no_etcd_crash(req: &mut Req) -> bool {
     let Req::Txn(t) = req else { return false };
-    // Flags the API lets through (it refuses a value or a lease with them).
-    let flagged = |p: &PutRequest| {
-        (p.ignore_value || p.ignore_lease)
-            && (!p.ignore_value || p.value.is_empty())
-            && (!p.ignore_lease || p.lease == 0)
-    };
-    let mut changed = false;
-    for branch in [&mut t.success, &mut t.failure] {
-        let mut may_delete = false;
-        for op in branch.iter_mut() {
-            match &mut op.request {
-                Some(request_op::Request::RequestDeleteRange(d)) if d.range_end == [0] => {
-                    may_delete = true
-                }
-                Some(request_op::Request::RequestTxn(_)) => may_delete = true,
-                Some(request_op::Request::RequestPut(p)) if may_delete && flagged(p) => {
-                    (p.ignore_value, p.ignore_lease) = (false, false);
-                    changed = true;
-                }
-                _ => {}
-            }
-        }
-    }
-    changed
+    let success = retcd_tests::random_diff::no_etcd_crash(&mut t.success);
+    retcd_tests::random_diff::no_etcd_crash(&mut t.failure) || success
 }
 
 /// The linearizable read that makes a member catch up before a step it

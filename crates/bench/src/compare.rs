@@ -712,11 +712,14 @@ fn print_table(nodes: usize, runs: &[RunResult], rows: &[String], scale: f64) {
     println!("| end of suite | {e2:.1} | {r2:.1} | {} |", ratio(r2, e2));
     println!("\n| CPU ms per 1000 requests | etcd server | retcd server | ratio | client (vs etcd) | client (vs retcd) |");
     println!("|---|---:|---:|---:|---:|---:|");
+    // (etcd, retcd) medians of a per-request figure, per 1000 requests
+    let both = |row: &str, get: &dyn Fn(&RowResult) -> f64| {
+        let per_1000 = |f: Flavor| pick(f, row, get) * 1000.0;
+        (per_1000(Flavor::Etcd), per_1000(Flavor::Retcd))
+    };
     for row in rows {
-        let es = pick(Flavor::Etcd, row, &|x| x.server_cpu_ms_per_op) * 1000.0;
-        let rs = pick(Flavor::Retcd, row, &|x| x.server_cpu_ms_per_op) * 1000.0;
-        let ec = pick(Flavor::Etcd, row, &|x| x.client_cpu_ms_per_op) * 1000.0;
-        let rc = pick(Flavor::Retcd, row, &|x| x.client_cpu_ms_per_op) * 1000.0;
+        let (es, rs) = both(row, &|x| x.server_cpu_ms_per_op);
+        let (ec, rc) = both(row, &|x| x.client_cpu_ms_per_op);
         println!(
             "| {row} | {} | {} | {} | {} | {} |",
             ms(es),
@@ -732,12 +735,9 @@ fn print_table(nodes: usize, runs: &[RunResult], rows: &[String], scale: f64) {
     println!("\n| server CPU ms per 1000 requests, user / kernel | etcd | retcd | user ratio | kernel ratio | retcd kernel ÷ etcd total |");
     println!("|---|---:|---:|---:|---:|---:|");
     for row in rows {
-        let es = pick(Flavor::Etcd, row, &|x| x.server_cpu_ms_per_op) * 1000.0;
-        let ek = pick(Flavor::Etcd, row, &|x| x.server_sys_ms_per_op) * 1000.0;
-        let rk = pick(Flavor::Retcd, row, &|x| x.server_sys_ms_per_op) * 1000.0;
-        let user = |x: &RowResult| x.server_cpu_ms_per_op - x.server_sys_ms_per_op;
-        let eu = pick(Flavor::Etcd, row, &user) * 1000.0;
-        let ru = pick(Flavor::Retcd, row, &user) * 1000.0;
+        let (es, _) = both(row, &|x| x.server_cpu_ms_per_op);
+        let (ek, rk) = both(row, &|x| x.server_sys_ms_per_op);
+        let (eu, ru) = both(row, &|x| x.server_cpu_ms_per_op - x.server_sys_ms_per_op);
         println!(
             "| {row} | {} / {} | {} / {} | {} | {} | {} |",
             ms(eu),

@@ -555,53 +555,47 @@ impl WatchableStore {
             // events) takes a copy of them instead of planning again.
             let mut last_plan: Option<(Picks, i64, SharedEvents)> = None;
             for ((wk, mut picks), g) in wanted.drain(..).zip(group_at) {
-                if let Some((same, rev, events)) = &last_plan {
-                    if *same == picks {
-                        let group = &mut groups[g];
-                        group.members.push((wk, 1, rev + 1));
-                        (group.batch.replies).push(WatchReply::with_shared(
-                            wk.1,
-                            *rev,
-                            events.clone(),
-                        ));
-                        continue;
-                    }
-                }
-                let gathered = picks.clone();
-                // one response per watcher, cut at a revision boundary
-                // when it would pass MERGE_LIMIT_BYTES (never inside one):
-                // `cuts` holds (end, last revision) of each response
-                let mut cuts: smallvec::SmallVec<[(usize, i64); 2]> = smallvec::SmallVec::new();
-                let (mut size, mut last) = (0, 0);
-                for (k, pick) in picks.iter_mut().enumerate() {
-                    let (i, prev) = ((*pick / 2) as usize, (*pick % 2) as usize);
-                    let (r, e) = (events[i].0, at[i][prev]);
-                    let len = enc.len_of(e);
-                    let start = cuts.last().map_or(0, |c| c.0);
-                    if r != last && k > start && size + len > MERGE_LIMIT_BYTES {
-                        cuts.push((k, last));
-                        size = 0;
-                    }
-                    *pick = e;
-                    size += len;
-                    last = r;
-                }
-                cuts.push((picks.len(), last));
                 let group = &mut groups[g];
-                group.members.push((wk, cuts.len(), last + 1));
-                if let [(_, rev)] = cuts[..] {
-                    let events = SharedEvents::new(0, enc, &picks);
-                    (group.batch.replies).push(WatchReply::with_shared(wk.1, rev, events.clone()));
-                    last_plan = Some((gathered, rev, events));
-                } else {
-                    last_plan = None;
-                    let mut start = 0;
-                    for (end, rev) in cuts {
-                        let chunk = &picks[start..end];
-                        start = end;
-                        group.batch.replies.push(shared(wk.1, rev, enc, chunk));
+                let plan = match last_plan.take() {
+                    Some(plan) if plan.0 == picks => plan,
+                    _ => {
+                        let gathered = picks.clone();
+                        // one response per watcher, cut at a revision boundary
+                        // when it would pass MERGE_LIMIT_BYTES (never inside
+                        // one): `cuts` holds (end, last revision) of each
+                        let mut cuts: smallvec::SmallVec<[(usize, i64); 2]> =
+                            smallvec::SmallVec::new();
+                        let (mut size, mut last) = (0, 0);
+                        for (k, pick) in picks.iter_mut().enumerate() {
+                            let (i, prev) = ((*pick / 2) as usize, (*pick % 2) as usize);
+                            let (r, e) = (events[i].0, at[i][prev]);
+                            let len = enc.len_of(e);
+                            let start = cuts.last().map_or(0, |c| c.0);
+                            if r != last && k > start && size + len > MERGE_LIMIT_BYTES {
+                                cuts.push((k, last));
+                                size = 0;
+                            }
+                            *pick = e;
+                            size += len;
+                            last = r;
+                        }
+                        cuts.push((picks.len(), last));
+                        if cuts.len() > 1 {
+                            group.members.push((wk, cuts.len(), last + 1));
+                            let mut start = 0;
+                            for (end, rev) in cuts {
+                                let chunk = &picks[start..end];
+                                start = end;
+                                group.batch.replies.push(shared(wk.1, rev, enc, chunk));
+                            }
+                            continue;
+                        }
+                        (gathered, last, SharedEvents::new(0, enc, &picks))
                     }
-                }
+                };
+                group.members.push((wk, 1, plan.1 + 1));
+                (group.batch.replies).push(WatchReply::with_shared(wk.1, plan.1, plan.2.clone()));
+                last_plan = Some(plan);
             }
             parked = inner.send_groups(groups, |_, _| {});
         }
